@@ -1,0 +1,100 @@
+"""mpicomm: torch.distributed-style collectives over MPI, for numpy arrays (and cupy arrays on GPUs).
+
+Importing mpicomm starts nothing: MPI is initialised by :func:`init` or by the first call that
+needs it, so the planner and command-line tools run on login nodes without MPI.
+
+Example:
+    >>> import numpy as np, mpicomm
+    >>> x = np.ones(4)
+    >>> mpicomm.all_reduce(x)
+    >>> bool((x == mpicomm.get_world_size()).all())
+    True
+"""
+
+from __future__ import annotations
+
+from .alltoall import all_to_all, all_to_all_single
+from .collectives import (
+    all_gather,
+    all_gather_into_tensor,
+    all_gather_single,
+    all_reduce,
+    barrier,
+    broadcast,
+    gather,
+    reduce,
+    reduce_scatter,
+    reduce_scatter_single,
+    reduce_scatter_tensor,
+    scatter,
+)
+from .comm import (
+    ProcessGroup,
+    destroy_process_group,
+    get_global_rank,
+    get_group_rank,
+    get_rank,
+    get_world_size,
+    init,
+    is_initialized,
+    new_group,
+    new_node_group,
+)
+from .errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    CommunicationError,
+    CrossRankMismatchError,
+    GroupError,
+    MpicommError,
+    ReductionTypeError,
+)
+from .p2p import irecv, isend, recv, send
+from .reduce_op import ReduceOp
+from .validation import is_validation_enabled, set_validation
+from .work import Work
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
+    "CommunicationError",
+    "CrossRankMismatchError",
+    "GroupError",
+    "MpicommError",
+    "ProcessGroup",
+    "ReduceOp",
+    "ReductionTypeError",
+    "Work",
+    "__version__",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "destroy_process_group",
+    "gather",
+    "get_global_rank",
+    "get_group_rank",
+    "get_rank",
+    "get_world_size",
+    "init",
+    "irecv",
+    "is_initialized",
+    "is_validation_enabled",
+    "isend",
+    "new_group",
+    "new_node_group",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_tensor",
+    "scatter",
+    "send",
+    "set_validation",
+]

@@ -1,0 +1,214 @@
+"""All-to-all exchanges: ``all_to_all`` on lists of arrays and ``all_to_all_single`` with split sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import validation
+from .buffers import (
+    as_int_list,
+    check_array,
+    check_array_list,
+    check_output,
+    check_same_dtype,
+    datatype,
+    row_size,
+    send_view,
+    vector_message,
+)
+from .comm import ProcessGroup, resolve, warn_non_member
+from .errors import ArgumentError
+from .work import Work
+
+__all__ = ["all_to_all", "all_to_all_single"]
+
+
+def all_to_all(
+    output_tensor_list: list[np.ndarray],
+    input_tensor_list: list[np.ndarray],
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Work | None:
+    """Send ``input_tensor_list[j]`` to rank j and receive rank j's into ``output_tensor_list[j]``.
+
+    ======  ====================  ======================
+    rank    input_tensor_list     output_tensor_list
+    ======  ====================  ======================
+    0       [[0], [1, 1]]         [[0], [10]]
+    1       [[10], [11, 11]]      [[1, 1], [11, 11]]
+    ======  ====================  ======================
+
+    Sizes may differ per pair (``MPI_Alltoallv``); the arrays are read and written where they lie,
+    without packing them into a temporary.
+
+    Args:
+        output_tensor_list: One writeable C-contiguous array per group rank, sized for what that rank sends.
+        input_tensor_list: One array per group rank, to send to it.
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not lists of arrays, or dtypes that differ.
+        ArgumentError: a list whose length is not the group size.
+        CrossRankMismatchError: (validation mode) a rank sends a size its peer does not expect.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> out = [np.empty(1) for _ in range(w)]
+        >>> mpicomm.all_to_all(out, [np.array([10.0 * r + j]) for j in range(w)])
+        >>> [o[0] for o in out] == [10.0 * j + r for j in range(w)]
+        True
+    """
+    fn = "all_to_all"
+    g = resolve(group, fn)
+    if g.comm is None:
+        return warn_non_member(g, fn)
+    outs = check_array_list(output_tensor_list, fn, "output_tensor_list", g.size, output=True)
+    ins = check_array_list(input_tensor_list, fn, "input_tensor_list", g.size, output=False)
+    check_same_dtype(outs[0], ins[0], fn, "output_tensor_list", "input_tensor_list")
+    ins = [send_view(a) for a in ins]
+    if validation._Flag.on:
+        validation.check(
+            g, fn, {"dtype": str(ins[0].dtype)}, [a.size for a in ins], [o.size for o in outs]
+        )
+    send = vector_message(ins, fn, readonly=True)
+    recv = vector_message(outs, fn, readonly=False)
+    if async_op:
+        req = g.comm.Ialltoallv(send, recv)
+        return Work([req], keep=(send, recv, ins), result=outs)
+    g.comm.Alltoallv(send, recv)
+    return None
+
+
+def all_to_all_single(
+    output: np.ndarray,
+    input: np.ndarray,  # noqa: A002 - torch's argument name
+    output_split_sizes: Sequence[int] | None = None,
+    input_split_sizes: Sequence[int] | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Work | None:
+    """Split ``input`` along dim 0, send piece j to rank j, and concatenate what arrives into ``output``.
+
+    Split sizes count rows along dim 0 (a row is all the elements of one index of dim 0, so
+    multi-dimensional arrays work). ``None`` or ``[]`` means equal pieces, which needs dim 0 to be a
+    multiple of the group size. Zero splits are fine: nothing is sent to that rank. The four-rank
+    example of torch's docstring:
+
+    ======  =============  =================  ==================  ============================
+    rank    input          input_split_sizes  output_split_sizes  output
+    ======  =============  =================  ==================  ============================
+    0       [0..5]         [2, 2, 1, 1]       [2, 3, 2, 2]        [0, 1, 10, 11, 12, 20, 21,
+                                                                  30, 31]
+    1       [10..18]       [3, 2, 2, 2]       [2, 2, 1, 2]        [2, 3, 13, 14, 22, 32, 33]
+    2       [20..24]       [2, 1, 1, 1]       [1, 2, 1, 2]        [4, 15, 16, 23, 34, 35]
+    3       [30..36]       [2, 2, 2, 1]       [1, 2, 1, 1]        [5, 17, 18, 24, 36]
+    ======  =============  =================  ==================  ============================
+
+    Args:
+        output: Writeable C-contiguous array with ``sum(output_split_sizes)`` rows.
+        input: Array with ``sum(input_split_sizes)`` rows; its rows have the size of ``output``'s.
+        output_split_sizes: Rows to receive from each group rank.
+        input_split_sizes: Rows to send to each group rank.
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, dtypes that differ, split sizes that are not integers.
+        ArgumentError: split lists of the wrong length, sum or sign, rows of different sizes, or dim 0
+            not divisible by the group size for equal splits.
+        CrossRankMismatchError: (validation mode) rank i's input split for j differs from rank j's
+            output split for i.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> out = np.empty(w)
+        >>> mpicomm.all_to_all_single(out, np.arange(w, dtype=float) + 10 * r)
+        >>> out.tolist() == [10.0 * j + r for j in range(w)]
+        True
+    """
+    fn = "all_to_all_single"
+    g = resolve(group, fn)
+    if g.comm is None:
+        return warn_non_member(g, fn)
+    out = check_output(output, fn, "output")
+    inp = send_view(check_array(input, fn, "input"))
+    check_same_dtype(out, inp, fn, "output", "input")
+    row = _row(inp, out, fn)
+    out_rows = _splits(output_split_sizes, out, g.size, fn, "output")
+    in_rows = _splits(input_split_sizes, inp, g.size, fn, "input")
+    if validation._Flag.on:
+        validation.check(g, fn, {"dtype": str(inp.dtype), "row": row}, in_rows, out_rows)
+    dt = datatype(inp.dtype)
+    if _unsplit(output_split_sizes) and _unsplit(input_split_sizes):
+        send, recv = [inp, dt], [out, dt]
+        if async_op:
+            return Work([g.comm.Ialltoall(send, recv)], keep=(inp, out), result=[out])
+        g.comm.Alltoall(send, recv)
+        return None
+    send = [inp, _counts(in_rows, row), dt]
+    recv = [out, _counts(out_rows, row), dt]
+    if async_op:
+        return Work([g.comm.Ialltoallv(send, recv)], keep=(send, recv), result=[out])
+    g.comm.Alltoallv(send, recv)
+    return None
+
+
+def _row(inp: np.ndarray, out: np.ndarray, fn: str) -> int:
+    """Elements per dim-0 row, which input and output must share."""
+    if inp.ndim == 0 or out.ndim == 0:
+        which = "input" if inp.ndim == 0 else "output"
+        raise ArgumentError(f"{fn}: {which} is 0-dimensional; expected at least one dimension to split")
+    row_in, row_out = row_size(inp), row_size(out)
+    if row_in != row_out:
+        raise ArgumentError(
+            f"{fn}: output rows hold {row_out} elements (shape {out.shape}); expected {row_in}, "
+            f"as input's rows (shape {inp.shape})"
+        )
+    return row_in
+
+
+def _unsplit(sizes: Sequence[int] | None) -> bool:
+    return sizes is None or len(sizes) == 0
+
+
+def _splits(
+    sizes: Sequence[int] | None, x: np.ndarray, size: int, fn: str, which: str
+) -> list[int]:
+    """Rows per rank from a split-size argument, checked against the array's dim 0."""
+    rows = x.shape[0]
+    arg = f"{which}_split_sizes"
+    if _unsplit(sizes):
+        if rows % size:
+            raise ArgumentError(
+                f"{fn}: {which} has {rows} rows along dim 0, which do not divide equally across "
+                f"the group size {size}; expected a multiple of {size} or explicit {arg}"
+            )
+        return [rows // size] * size
+    splits = as_int_list(sizes, fn, arg)
+    if len(splits) != size:
+        raise ArgumentError(f"{fn}: {arg} has {len(splits)} entries; expected {size} (the group size)")
+    if sum(splits) != rows:
+        raise ArgumentError(
+            f"{fn}: {arg} sums to {sum(splits)}; expected {rows}, the rows of {which} along dim 0"
+        )
+    return splits
+
+
+def _counts(rows: list[int], row: int) -> tuple[list[int], list[int]]:
+    """Element counts and displacements of consecutive pieces of ``rows[i]`` rows each."""
+    counts = [r * row for r in rows]
+    displs = [0] * len(counts)
+    for i in range(1, len(counts)):
+        displs[i] = displs[i - 1] + counts[i - 1]
+    return counts, displs

@@ -1,0 +1,244 @@
+"""The one place that knows what an array is: type checks, dtype to MPI datatype, contiguity, messages.
+
+Every other module asks this one; none of them tests for ``numpy.ndarray`` itself. The GPU issue adds
+cupy here (array module lookup, stream synchronisation, host staging) without touching the collectives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _mpi
+from .errors import ArgumentError, ArgumentTypeError
+
+__all__ = [
+    "Array",
+    "check_array",
+    "check_array_list",
+    "check_output",
+    "check_same_dtype",
+    "datatype",
+    "message",
+    "send_view",
+    "vector_message",
+]
+
+#: What mpicomm accepts as an array. cupy arrays join in the GPU issue.
+Array = np.ndarray
+
+# dtype -> MPI datatype, filled on first use of each dtype (MPI must be loaded by then).
+_DATATYPES: dict[np.dtype[Any], Any] = {}
+
+
+def check_array(x: object, fn: str, arg: str) -> np.ndarray:
+    """Return ``x`` if it is an array mpicomm can send, else raise.
+
+    Args:
+        x: The value the caller passed.
+        fn: The public function's name, for the message.
+        arg: The argument's name, for the message.
+
+    Raises:
+        ArgumentTypeError: ``x`` is not a numpy array, or holds Python objects.
+    """
+    if type(x) is not np.ndarray and not isinstance(x, np.ndarray):
+        raise ArgumentTypeError(
+            f"{fn}: {arg} is a {type(x).__module__}.{type(x).__qualname__}; expected a numpy.ndarray"
+        )
+    if x.dtype.hasobject:
+        raise ArgumentTypeError(
+            f"{fn}: {arg} has dtype {x.dtype}; expected a dtype without Python objects "
+            "(pickle objects with the object collectives instead)"
+        )
+    return x
+
+
+def check_output(x: object, fn: str, arg: str) -> np.ndarray:
+    """Like :func:`check_array`, and also require a writeable C-contiguous array (MPI writes into it).
+
+    Raises:
+        ArgumentTypeError: ``x`` is not an array.
+        ArgumentError: ``x`` is read-only or not C-contiguous.
+    """
+    x = check_array(x, fn, arg)
+    flags = x.flags
+    if not flags.c_contiguous:
+        raise ArgumentError(
+            f"{fn}: {arg} is not C-contiguous (strides {x.strides}); expected a C-contiguous array "
+            "because MPI writes into it in place (pass numpy.ascontiguousarray(...) and copy back)"
+        )
+    if not flags.writeable:
+        raise ArgumentError(f"{fn}: {arg} is read-only; expected a writeable array")
+    return x
+
+
+def check_array_list(
+    xs: object, fn: str, arg: str, length: int | None, output: bool
+) -> list[np.ndarray]:
+    """Raise unless ``xs`` is a list or tuple of arrays (of ``length`` entries, when given).
+
+    Raises:
+        ArgumentTypeError: ``xs`` is not a sequence of arrays.
+        ArgumentError: wrong length, or an output entry that MPI cannot write into.
+    """
+    if not isinstance(xs, (list, tuple)):
+        raise ArgumentTypeError(
+            f"{fn}: {arg} is a {type(xs).__qualname__}; expected a list of numpy arrays"
+        )
+    if length is not None and len(xs) != length:
+        raise ArgumentError(f"{fn}: {arg} has {len(xs)} entries; expected {length} (the group size)")
+    check = check_output if output else check_array
+    arrays = [check(x, fn, f"{arg}[{i}]") for i, x in enumerate(xs)]
+    if arrays:
+        first = arrays[0].dtype
+        for i, x in enumerate(arrays):
+            if x.dtype != first:
+                raise ArgumentTypeError(
+                    f"{fn}: {arg}[{i}] has dtype {x.dtype}; expected {first}, the dtype of {arg}[0]"
+                )
+    return arrays
+
+
+def check_same_dtype(a: np.ndarray, b: np.ndarray, fn: str, a_name: str, b_name: str) -> None:
+    """Raise unless ``a`` and ``b`` have the same dtype.
+
+    Raises:
+        ArgumentTypeError: the dtypes differ.
+    """
+    if a.dtype != b.dtype:
+        raise ArgumentTypeError(
+            f"{fn}: {b_name} has dtype {b.dtype}; expected {a.dtype}, the dtype of {a_name}"
+        )
+
+
+def datatype(dtype: np.dtype[Any]) -> Any:
+    """The MPI datatype that carries one element of ``dtype``.
+
+    Types MPI has no name for (float16 on some MPIs, structured or byte-swapped dtypes) travel as a
+    contiguous run of bytes: they can be moved but not reduced.
+    """
+    dt = _DATATYPES.get(dtype)
+    if dt is None:
+        dt = _DATATYPES[dtype] = _make_datatype(dtype)
+    return dt
+
+
+def _make_datatype(dtype: np.dtype[Any]) -> Any:
+    MPI = _mpi.MPI
+    if dtype.isnative and dtype.kind in "biufc":
+        # mpi4py's own typecode table gives the predefined datatype (reductions need it).
+        try:
+            return MPI.Datatype.fromcode(dtype.char)
+        except (ValueError, KeyError, TypeError):
+            pass
+    # A predefined MPI.BYTE run of itemsize bytes; committed once and kept for the process lifetime.
+    dt = MPI.BYTE.Create_contiguous(dtype.itemsize).Commit()
+    return dt
+
+
+def message(x: np.ndarray) -> list[Any]:
+    """The mpi4py buffer specification ``[array, datatype]`` for a whole contiguous array."""
+    return [x, datatype(x.dtype)]
+
+
+def send_view(x: np.ndarray) -> np.ndarray:
+    """``x`` itself when it is C-contiguous, else a C-contiguous copy (sending never needs writeback)."""
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
+def row_size(x: np.ndarray) -> int:
+    """Elements in one row along dim 0 (1 for a 1-D array, 0 for an empty trailing shape)."""
+    n = 1
+    for s in x.shape[1:]:
+        n *= s
+    return n
+
+
+def address(x: np.ndarray) -> int:
+    """The address of the first byte of ``x``."""
+    return int(x.__array_interface__["data"][0])
+
+
+def as_int_list(values: Sequence[int] | np.ndarray, fn: str, arg: str) -> list[int]:
+    """Turn split sizes into a list of Python ints, refusing non-integers and negatives.
+
+    Raises:
+        ArgumentTypeError: an entry is not an integer.
+        ArgumentError: an entry is negative.
+    """
+    arr = np.asarray(values)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ArgumentTypeError(
+            f"{fn}: {arg} is {values!r}; expected a 1-D list of non-negative integers"
+        )
+    out = [int(v) for v in arr.tolist()]
+    if any(v < 0 for v in out):
+        raise ArgumentError(f"{fn}: {arg} has a negative entry {min(out)} in {out}; expected >= 0")
+    return out
+
+
+def vector_message(arrays: Sequence[np.ndarray], fn: str, readonly: bool) -> list[Any]:
+    """One MPI v-collective buffer ``[buffer, counts, displacements, BYTE]`` over separate arrays.
+
+    The arrays stay where they are: the buffer spans from the lowest to the highest address among
+    them, and each array is addressed by its byte displacement, so list-form collectives need no
+    temporary copy.
+
+    Raises:
+        ArgumentError: the span needs counts over 2**31 - 1 and this MPI lacks MPI-4 large counts.
+    """
+    MPI = _mpi.MPI
+    sizes = [a.nbytes for a in arrays]
+    addrs = [address(a) if n else 0 for a, n in zip(arrays, sizes)]
+    used = [(p, n) for p, n in zip(addrs, sizes) if n]
+    if not used:
+        return [np.empty(0, np.uint8), sizes, [0] * len(sizes), MPI.BYTE]
+    base = min(p for p, _ in used)
+    span = max(p + n for p, n in used) - base
+    if span > _INT_MAX and not large_counts():
+        raise ArgumentError(
+            f"{fn}: the arrays span {span} bytes; this MPI ({_mpi.library_version()}) has no MPI-4 "
+            "large-count calls, so a message must stay under 2**31 bytes (use MPICH >= 4 or split the call)"
+        )
+    displs = [p - base if n else 0 for p, n in zip(addrs, sizes)]
+    return [MPI.buffer.fromaddress(base, span, readonly=readonly), sizes, displs, MPI.BYTE]
+
+
+def byte_message(x: np.ndarray) -> list[Any]:
+    """``[x, BYTE]``: the whole array as bytes, to pair with :func:`vector_message`."""
+    return [x, _mpi.MPI.BYTE]
+
+
+def adjacent(arrays: Sequence[np.ndarray]) -> bool:
+    """Whether the arrays lie back to back in memory, in order (views of one buffer)."""
+    end = address(arrays[0]) + arrays[0].nbytes
+    for a in arrays[1:]:
+        if a.nbytes and address(a) != end:
+            return False
+        end += a.nbytes
+    return True
+
+
+def span_view(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """One read-only 1-D array over back-to-back arrays (see :func:`adjacent`), without copying."""
+    first = arrays[0]
+    total = sum(a.size for a in arrays)
+    buf = _mpi.MPI.buffer.fromaddress(address(first), total * first.itemsize, readonly=True)
+    return np.frombuffer(buf, dtype=first.dtype, count=total)
+
+
+_INT_MAX = 2**31 - 1
+
+
+class _LargeCounts:
+    known: bool | None = None
+
+
+def large_counts() -> bool:
+    """Whether the MPI library has the MPI-4 ``_c`` large-count calls (MPICH 4+, Intel MPI; not Open MPI 5.0)."""
+    if _LargeCounts.known is None:
+        _LargeCounts.known = _mpi.MPI.Get_version() >= (4, 0)
+    return _LargeCounts.known

@@ -1,0 +1,696 @@
+"""Reductions, broadcast, gathers, scatters and barrier with torch.distributed's names and semantics.
+
+Each call checks its arguments on the calling rank before any MPI call, and with validation mode on
+(:mod:`mpicomm.validation`) also across ranks. ``async_op=True`` returns a :class:`~mpicomm.Work`;
+otherwise the call blocks and returns ``None``. On a rank outside ``group`` every call warns and
+returns ``None``, as in torch.distributed. Arrays are changed in place where torch changes tensors in
+place; output arrays must be C-contiguous and writeable, inputs may be any layout (a non-contiguous
+input is copied once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import _mpi, validation
+from .buffers import (
+    adjacent,
+    byte_message,
+    check_array,
+    check_array_list,
+    check_output,
+    check_same_dtype,
+    datatype,
+    send_view,
+    span_view,
+    vector_message,
+)
+from .comm import ProcessGroup, _State, init, resolve, root_rank, warn_non_member
+from .errors import ArgumentError
+from .reduce_op import ReduceOp, average, premultiply
+from .work import Work
+
+__all__ = [
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "all_reduce",
+    "barrier",
+    "broadcast",
+    "gather",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_tensor",
+    "scatter",
+]
+
+_SUM = ReduceOp.SUM
+
+
+def _post_average(op: ReduceOp, x: np.ndarray, size: int) -> Callable[[], None] | None:
+    if op.name != "AVG":
+        return None
+    return lambda: average(x, size)
+
+
+def all_reduce(
+    tensor: np.ndarray,
+    op: ReduceOp = _SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Work | None:
+    """Reduce ``tensor`` over all ranks of the group; every rank gets the result in place.
+
+    ======  ==========  ===========
+    rank    tensor in   tensor out
+    ======  ==========  ===========
+    0       [1, 2]      [4, 6]
+    1       [3, 4]      [4, 6]
+    ======  ==========  ===========
+
+    Args:
+        tensor: Input and output, a writeable C-contiguous array, the same shape and dtype on every rank.
+        op: The reduction (see :class:`~mpicomm.ReduceOp`).
+        group: The process group; ``None`` for the world.
+        async_op: Return a :class:`~mpicomm.Work` instead of blocking.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: ``tensor`` is not an array, or ``op`` is not defined on its dtype.
+        ArgumentError: ``tensor`` is read-only or not C-contiguous.
+        CrossRankMismatchError: (validation mode) ranks disagree on op, dtype or size.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> x = np.full(3, mpicomm.get_rank() + 1.0)
+        >>> mpicomm.all_reduce(x, op=mpicomm.ReduceOp.MAX)
+        >>> bool((x == mpicomm.get_world_size()).all())
+        True
+    """
+    g = _State.world if group is None else resolve(group, "all_reduce")
+    if g is None:
+        g = init()
+    comm = g.comm
+    if comm is None:
+        return warn_non_member(g, "all_reduce")
+    if type(tensor) is not np.ndarray:
+        check_output(tensor, "all_reduce", "tensor")
+    flags = tensor.flags
+    if not (flags.c_contiguous and flags.writeable):
+        check_output(tensor, "all_reduce", "tensor")
+    if type(op) is not ReduceOp:
+        _bad_op(op, "all_reduce")
+    mop = op.mpi_op(tensor.dtype, "all_reduce")
+    if validation._Flag.on:
+        validation.check(
+            g, "all_reduce", {"op": repr(op), "dtype": str(tensor.dtype), "count": tensor.size}
+        )
+    if op.factor is not None:
+        premultiply(op, tensor, out=tensor)
+    MPI = _mpi.MPI
+    msg = [tensor, datatype(tensor.dtype)]
+    if async_op:
+        req = comm.Iallreduce(MPI.IN_PLACE, msg, mop)
+        return Work([req], keep=tensor, result=[tensor], finish=_post_average(op, tensor, g.size))
+    comm.Allreduce(MPI.IN_PLACE, msg, mop)
+    if op.name == "AVG":
+        average(tensor, g.size)
+    return None
+
+
+def _bad_op(op: object, fn: str) -> None:
+    from .errors import ArgumentTypeError
+
+    raise ArgumentTypeError(f"{fn}: op is {op!r}; expected a mpicomm.ReduceOp such as ReduceOp.SUM")
+
+
+def reduce(
+    tensor: np.ndarray,
+    dst: int | None = None,
+    op: ReduceOp = _SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_dst: int | None = None,
+) -> Work | None:
+    """Reduce ``tensor`` over all ranks into ``tensor`` on the destination rank only.
+
+    Other ranks' ``tensor`` is left unchanged (torch leaves it unspecified).
+
+    Args:
+        tensor: Input everywhere, output on the destination; writeable and C-contiguous.
+        dst: World rank of the destination (default: group rank 0).
+        op: The reduction.
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+        group_dst: The destination as a rank of ``group`` (instead of ``dst``).
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: ``tensor`` is not an array, or ``op`` does not apply to its dtype.
+        ArgumentError: bad destination, read-only or non-contiguous ``tensor``.
+        CrossRankMismatchError: (validation mode) ranks disagree on op, dtype, size or root.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> x = np.ones(2, dtype=np.int64)
+        >>> mpicomm.reduce(x, dst=0)
+        >>> mpicomm.get_rank() != 0 or bool((x == mpicomm.get_world_size()).all())
+        True
+    """
+    fn = "reduce"
+    g = resolve(group, fn)
+    if g.comm is None:
+        return warn_non_member(g, fn)
+    check_output(tensor, fn, "tensor")
+    if type(op) is not ReduceOp:
+        _bad_op(op, fn)
+    mop = op.mpi_op(tensor.dtype, fn)
+    root = root_rank(g, dst, group_dst, fn, "dst")
+    if validation._Flag.on:
+        validation.check(
+            g, fn, {"op": repr(op), "dtype": str(tensor.dtype), "count": tensor.size, "dst": root}
+        )
+    MPI = _mpi.MPI
+    dt = datatype(tensor.dtype)
+    if g.rank == root:
+        sendbuf: Any = MPI.IN_PLACE
+        if op.factor is not None:
+            premultiply(op, tensor, out=tensor)
+        recvbuf: Any = [tensor, dt]
+    else:
+        sendbuf, recvbuf = [premultiply(op, tensor), dt], None
+    post = _post_average(op, tensor, g.size) if g.rank == root else None
+    if async_op:
+        req = g.comm.Ireduce(sendbuf, recvbuf, mop, root)
+        return Work([req], keep=(sendbuf, tensor), result=[tensor], finish=post)
+    g.comm.Reduce(sendbuf, recvbuf, mop, root)
+    if post is not None:
+        post()
+    return None
+
+
+def broadcast(
+    tensor: np.ndarray,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_src: int | None = None,
+) -> Work | None:
+    """Copy ``tensor`` from the source rank into ``tensor`` on every other rank.
+
+    Args:
+        tensor: Data on the source, output elsewhere; same shape and dtype on every rank.
+        src: World rank of the source (default: group rank 0).
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+        group_src: The source as a rank of ``group`` (instead of ``src``).
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: ``tensor`` is not an array.
+        ArgumentError: bad source, read-only or non-contiguous ``tensor``.
+        CrossRankMismatchError: (validation mode) ranks disagree on dtype, size or source.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> x = np.arange(3.0) if mpicomm.get_rank() == 0 else np.zeros(3)
+        >>> mpicomm.broadcast(x, src=0)
+        >>> x.tolist()
+        [0.0, 1.0, 2.0]
+    """
+    fn = "broadcast"
+    g = resolve(group, fn)
+    if g.comm is None:
+        return warn_non_member(g, fn)
+    check_output(tensor, fn, "tensor")
+    root = root_rank(g, src, group_src, fn, "src")
+    if validation._Flag.on:
+        validation.check(g, fn, {"dtype": str(tensor.dtype), "count": tensor.size, "src": root})
+    msg = [tensor, datatype(tensor.dtype)]
+    if async_op:
+        return Work([g.comm.Ibcast(msg, root)], keep=tensor, result=[tensor])
+    g.comm.Bcast(msg, root)
+    return None
+
+
+def barrier(
+    group: ProcessGroup | None = None, async_op: bool = False, device_ids: Any = None
+) -> Work | None:
+    """Block until every rank of the group has entered the barrier.
+
+    Args:
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work (over ``MPI_Ibarrier``) instead of blocking.
+        device_ids: Accepted for torch compatibility and ignored.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.barrier()
+    """
+    g = resolve(group, "barrier")
+    if g.comm is None:
+        return warn_non_member(g, "barrier")
+    if validation._Flag.on:
+        validation.check(g, "barrier", {})
+    if async_op:
+        return Work([g.comm.Ibarrier()])
+    g.comm.Barrier()
+    return None
+
+
+def all_gather(
+    tensor_list: list[np.ndarray],
+    tensor: np.ndarray,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Work | None:
+    """Gather ``tensor`` from every rank into ``tensor_list[r]``; sizes may differ between ranks.
+
+    ======  ==========  =====================
+    rank    tensor      tensor_list out
+    ======  ==========  =====================
+    0       [1, 2]      [[1, 2], [3, 4, 5]]
+    1       [3, 4, 5]   [[1, 2], [3, 4, 5]]
+    ======  ==========  =====================
+
+    Unlike Gloo, uneven sizes work (``MPI_Allgatherv``): ``tensor_list[r]`` must have rank r's size.
+    The outputs are written where they are, with no temporary copy.
+
+    Args:
+        tensor_list: One writeable C-contiguous output array per group rank, in rank order.
+        tensor: This rank's input; ``tensor_list[rank]`` must have its size and dtype.
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, or dtypes that differ.
+        ArgumentError: wrong list length, or ``tensor_list[rank]`` of the wrong size.
+        CrossRankMismatchError: (validation mode) a rank's output size differs from what it gets.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> out = [np.empty(i + 1) for i in range(w)]
+        >>> mpicomm.all_gather(out, np.full(r + 1, float(r)))
+        >>> [o.tolist() for o in out][:2] == [[0.0], [1.0, 1.0]][:w]
+        True
+    """
+    fn = "all_gather"
+    g = resolve(group, fn)
+    if g.comm is None:
+        return warn_non_member(g, fn)
+    tensor = send_view(check_array(tensor, fn, "tensor"))
+    outs = check_array_list(tensor_list, fn, "tensor_list", g.size, output=True)
+    check_same_dtype(tensor, outs[0], fn, "tensor", "tensor_list")
+    _check_own_size(outs[g.rank], tensor, fn, "tensor_list", g.rank)
+    if validation._Flag.on:
+        validation.check(
+            g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size, [o.size for o in outs]
+        )
+    send, recv = byte_message(tensor), vector_message(outs, fn, readonly=False)
+    if async_op:
+        req = g.comm.Iallgatherv(send, recv)
+        return Work([req], keep=(send, recv, outs), result=outs)
+    g.comm.Allgatherv(send, recv)
+    return None
+
+
+def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: int) -> None:
+    if out.size != inp.size:
+        raise ArgumentError(
+            f"{fn}: {arg}[{rank}] has {out.size} elements; expected {inp.size}, "
+            "the size of this rank's own input"
+        )
+
+
+def all_gather_into_tensor(
+    output_tensor: np.ndarray,
+    input_tensor: np.ndarray,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Work | None:
+    """Gather equal-sized inputs from every rank into one array, in rank order.
+
+    The output may be flat (``W*n`` elements) or stacked (shape ``(W, *input.shape)``); only its size
+    is checked, as in torch. Also available as :func:`all_gather_single` (torch 2.13's name).
+
+    ======  ==========  ================================
+    rank    input       output (flat / stacked)
+    ======  ==========  ================================
+    0       [1, 2]      [1, 2, 3, 4] / [[1, 2], [3, 4]]
+    1       [3, 4]      [1, 2, 3, 4] / [[1, 2], [3, 4]]
+    ======  ==========  ================================
+
+    Args:
+        output_tensor: Writeable C-contiguous array of ``W * input_tensor.size`` elements.
+        input_tensor: This rank's contribution; the same size on every rank.
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, or the dtypes differ.
+        ArgumentError: the output size is not W times the input size.
+        CrossRankMismatchError: (validation mode) input sizes or dtypes differ between ranks.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> out = np.empty((w, 2))
+        >>> mpicomm.all_gather_into_tensor(out, np.array([1.0 + 2 * r, 2.0 + 2 * r]))
+        >>> out[0].tolist()
+        [1.0, 2.0]
+    """
+    fn = "all_gather_into_tensor"
+    g = resolve(group, fn)
+    if g.comm is None:
+        return warn_non_member(g, fn)
+    inp = send_view(check_array(input_tensor, fn, "input_tensor"))
+    out = check_output(output_tensor, fn, "output_tensor")
+    check_same_dtype(inp, out, fn, "input_tensor", "output_tensor")
+    if out.size != g.size * inp.size:
+        raise ArgumentError(
+            f"{fn}: output_tensor has {out.size} elements; expected {g.size * inp.size} "
+            f"(the group size {g.size} times input_tensor's {inp.size})"
+        )
+    if validation._Flag.on:
+        validation.check(g, fn, {"dtype": str(inp.dtype), "count": inp.size})
+    dt = datatype(inp.dtype)
+    send, recv = [inp, dt], [out, dt]
+    if async_op:
+        return Work([g.comm.Iallgather(send, recv)], keep=(inp, out), result=[out])
+    g.comm.Allgather(send, recv)
+    return None
+
+
+all_gather_single = all_gather_into_tensor
+
+
+def gather(
+    tensor: np.ndarray,
+    gather_list: list[np.ndarray] | None = None,
+    dst: int | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_dst: int | None = None,
+) -> Work | None:
+    """Gather ``tensor`` from every rank into ``gather_list`` on the destination rank.
+
+    Sizes may differ between ranks (``MPI_Gatherv``); ``gather_list[r]`` must have rank r's size.
+
+    Args:
+        tensor: This rank's input.
+        gather_list: On the destination, one writeable output array per group rank; ``None`` (or
+            empty) elsewhere.
+        dst: World rank of the destination (default: group rank 0).
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+        group_dst: The destination as a rank of ``group``.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, or the dtypes differ.
+        ArgumentError: ``gather_list`` missing on the destination or given elsewhere, wrong length or size.
+        CrossRankMismatchError: (validation mode) sizes, dtypes or destination differ between ranks.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> out = [np.empty(1) for _ in range(w)] if r == 0 else None
+        >>> mpicomm.gather(np.array([float(r)]), out, dst=0)
+        >>> r != 0 or [o[0] for o in out] == list(range(w))
+        True
+    """
+    fn = "gather"
+    g = resolve(group, fn)
+    if g.comm is None:
+        return warn_non_member(g, fn)
+    tensor = send_view(check_array(tensor, fn, "tensor"))
+    root = root_rank(g, dst, group_dst, fn, "dst")
+    outs = _root_list(gather_list, g, root, tensor, fn, "gather_list", output=True)
+    if validation._Flag.on:
+        sends = [tensor.size if r == root else 0 for r in range(g.size)]
+        recvs = [o.size for o in outs] if outs else [0] * g.size
+        validation.check(g, fn, {"dtype": str(tensor.dtype), "dst": root}, sends, recvs)
+    send = byte_message(tensor)
+    recv = vector_message(outs, fn, readonly=False) if outs else None
+    if async_op:
+        req = g.comm.Igatherv(send, recv, root)
+        return Work([req], keep=(send, recv, outs), result=outs or [])
+    g.comm.Gatherv(send, recv, root)
+    return None
+
+
+def _root_list(
+    arrays: list[np.ndarray] | None,
+    g: ProcessGroup,
+    root: int,
+    own: np.ndarray,
+    fn: str,
+    arg: str,
+    output: bool,
+) -> list[np.ndarray] | None:
+    """Check the list a rooted call takes on its root only (gather_list, scatter_list)."""
+    if g.rank != root:
+        if arrays:
+            raise ArgumentError(
+                f"{fn}: {arg} is given on rank {g.rank}, which is not the root {root}; "
+                "expected None there"
+            )
+        return None
+    if not arrays:
+        raise ArgumentError(f"{fn}: {arg} is {arrays!r} on the root rank {root}; expected a list of "
+                            f"{g.size} arrays (one per group rank)")
+    checked = check_array_list(arrays, fn, arg, g.size, output=output)
+    check_same_dtype(own, checked[0], fn, "tensor", arg)
+    _check_own_size(checked[root], own, fn, arg, root)
+    return checked if output else [send_view(a) for a in checked]
+
+
+def scatter(
+    tensor: np.ndarray,
+    scatter_list: list[np.ndarray] | None = None,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_src: int | None = None,
+) -> Work | None:
+    """Send ``scatter_list[r]`` from the source rank into ``tensor`` on rank r.
+
+    Sizes may differ between ranks (``MPI_Scatterv``).
+
+    Args:
+        tensor: Output on every rank, writeable and C-contiguous.
+        scatter_list: On the source, one input per group rank; ``None`` (or empty) elsewhere.
+        src: World rank of the source (default: group rank 0).
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+        group_src: The source as a rank of ``group``.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, or the dtypes differ.
+        ArgumentError: ``scatter_list`` missing on the source or given elsewhere, wrong length or size.
+        CrossRankMismatchError: (validation mode) sizes, dtypes or source differ between ranks.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> parts = [np.array([float(i)]) for i in range(w)] if r == 0 else None
+        >>> out = np.empty(1)
+        >>> mpicomm.scatter(out, parts, src=0)
+        >>> out[0] == r
+        True
+    """
+    fn = "scatter"
+    g = resolve(group, fn)
+    if g.comm is None:
+        return warn_non_member(g, fn)
+    out = check_output(tensor, fn, "tensor")
+    root = root_rank(g, src, group_src, fn, "src")
+    ins = _root_list(scatter_list, g, root, out, fn, "scatter_list", output=False)
+    if validation._Flag.on:
+        sends = [i.size for i in ins] if ins else [0] * g.size
+        recvs = [out.size if r == root else 0 for r in range(g.size)]
+        validation.check(g, fn, {"dtype": str(out.dtype), "src": root}, sends, recvs)
+    send = vector_message(ins, fn, readonly=True) if ins else None
+    recv = byte_message(out)
+    if async_op:
+        req = g.comm.Iscatterv(send, recv, root)
+        return Work([req], keep=(send, recv, ins), result=[out])
+    g.comm.Scatterv(send, recv, root)
+    return None
+
+
+def reduce_scatter(
+    output: np.ndarray,
+    input_list: list[np.ndarray],
+    op: ReduceOp = _SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Work | None:
+    """Reduce ``input_list[r]`` over all ranks into ``output`` on rank r; sizes may differ per r.
+
+    ======  ========================  ============
+    rank    input_list                output (SUM)
+    ======  ========================  ============
+    0       [[1, 2], [3, 4, 5]]       [11, 22]
+    1       [[10, 20], [30, 40, 50]]  [33, 44, 55]
+    ======  ========================  ============
+
+    Uses ``MPI_Reduce_scatter`` with per-rank counts (Gloo has no reduce_scatter; NCCL handles uneven
+    sizes with one reduce per rank). When the inputs are views lying back to back in one buffer they
+    are sent without a copy; otherwise they are packed once into a temporary.
+
+    Args:
+        output: This rank's result, writeable and C-contiguous.
+        input_list: One input per group rank; ``input_list[r]`` has rank r's output size.
+        op: The reduction.
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, dtypes that differ, or an op not defined on the dtype.
+        ArgumentError: wrong list length, or ``input_list[rank]`` not the size of ``output``.
+        CrossRankMismatchError: (validation mode) sizes, op or dtype differ between ranks.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w = mpicomm.get_world_size()
+        >>> out = np.empty(2)
+        >>> mpicomm.reduce_scatter(out, [np.ones(2) for _ in range(w)])
+        >>> out.tolist() == [w, w]
+        True
+    """
+    fn = "reduce_scatter"
+    g = resolve(group, fn)
+    if g.comm is None:
+        return warn_non_member(g, fn)
+    out = check_output(output, fn, "output")
+    ins = check_array_list(input_list, fn, "input_list", g.size, output=False)
+    check_same_dtype(out, ins[0], fn, "output", "input_list")
+    _check_own_size(ins[g.rank], out, fn, "input_list", g.rank)
+    if type(op) is not ReduceOp:
+        _bad_op(op, fn)
+    mop = op.mpi_op(out.dtype, fn)
+    counts = [a.size for a in ins]
+    if validation._Flag.on:
+        validation.check(
+            g, fn, {"op": repr(op), "dtype": str(out.dtype)}, counts, [out.size] * g.size
+        )
+    if op.factor is None and all(a.flags.c_contiguous for a in ins) and adjacent(ins):
+        packed = span_view(ins)
+    else:
+        packed = np.concatenate([a.reshape(-1) for a in ins]) if ins else out[:0]
+        premultiply(op, packed, out=packed)
+    dt = datatype(out.dtype)
+    send, recv = [packed, dt], [out, dt]
+    post = _post_average(op, out, g.size)
+    if async_op:
+        req = g.comm.Ireduce_scatter(send, recv, counts, mop)
+        return Work([req], keep=(packed, out), result=[out], finish=post)
+    g.comm.Reduce_scatter(send, recv, counts, mop)
+    if post is not None:
+        post()
+    return None
+
+
+def reduce_scatter_tensor(
+    output: np.ndarray,
+    input: np.ndarray,  # noqa: A002 - torch's argument name
+    op: ReduceOp = _SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Work | None:
+    """Reduce ``input`` over all ranks and give rank r the r-th of W equal contiguous chunks.
+
+    ``input`` may be flat (``W*n`` elements) or stacked (``(W, n...)``). Also available as
+    :func:`reduce_scatter_single` (torch 2.13's name).
+
+    ======  =============  ============
+    rank    input          output (SUM)
+    ======  =============  ============
+    0       [0, 1, 2, 3]   [0, 2]
+    1       [0, 1, 2, 3]   [4, 6]
+    ======  =============  ============
+
+    Args:
+        output: This rank's chunk of the result, writeable and C-contiguous.
+        input: W times the size of ``output``; not modified.
+        op: The reduction.
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, dtypes that differ, or an op not defined on the dtype.
+        ArgumentError: ``input`` is not W times the size of ``output``.
+        CrossRankMismatchError: (validation mode) sizes, op or dtype differ between ranks.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> out = np.empty(2)
+        >>> mpicomm.reduce_scatter_tensor(out, np.arange(2.0 * w))
+        >>> out.tolist() == [2.0 * r * w, (2.0 * r + 1) * w]
+        True
+    """
+    fn = "reduce_scatter_tensor"
+    g = resolve(group, fn)
+    if g.comm is None:
+        return warn_non_member(g, fn)
+    out = check_output(output, fn, "output")
+    inp = send_view(check_array(input, fn, "input"))
+    check_same_dtype(out, inp, fn, "output", "input")
+    if inp.size != g.size * out.size:
+        raise ArgumentError(
+            f"{fn}: input has {inp.size} elements; expected {g.size * out.size} "
+            f"(the group size {g.size} times output's {out.size})"
+        )
+    if type(op) is not ReduceOp:
+        _bad_op(op, fn)
+    mop = op.mpi_op(out.dtype, fn)
+    if validation._Flag.on:
+        validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype), "count": out.size})
+    inp = premultiply(op, inp)
+    dt = datatype(out.dtype)
+    send, recv = [inp, dt], [out, dt]
+    post = _post_average(op, out, g.size)
+    if async_op:
+        req = g.comm.Ireduce_scatter_block(send, recv, mop)
+        return Work([req], keep=(inp, out), result=[out], finish=post)
+    g.comm.Reduce_scatter_block(send, recv, mop)
+    if post is not None:
+        post()
+    return None
+
+
+reduce_scatter_single = reduce_scatter_tensor
+

@@ -1,0 +1,388 @@
+"""Process groups: the world group, sub-groups and node-local groups, each on its own MPI communicator.
+
+mpicomm never sends on a communicator it was handed: :func:`init` duplicates it, and every group made
+from that is a new communicator too, so mpicomm's messages can never match the user's own.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+from . import _mpi
+from .errors import ArgumentError, ArgumentTypeError, GroupError
+
+__all__ = [
+    "ProcessGroup",
+    "destroy_process_group",
+    "get_global_rank",
+    "get_group_rank",
+    "get_rank",
+    "get_world_size",
+    "init",
+    "is_initialized",
+    "new_group",
+    "new_node_group",
+]
+
+
+class ProcessGroup:
+    """A set of ranks with their own MPI communicator; the ``group=`` argument of every call.
+
+    Made by :func:`init` (the world group), :func:`new_group` and :func:`new_node_group`; never built by
+    hand. A rank that is not a member holds a group object too (as in torch.distributed) whose
+    :attr:`comm` is ``None``: calls on it do nothing and return ``None``.
+
+    Attributes:
+        comm: The group's private ``mpi4py.MPI.Intracomm``, or ``None`` on a non-member rank.
+        rank: This process's rank in the group, -1 on a non-member.
+        size: Number of ranks in the group, -1 on a non-member.
+        ranks: The world ranks of the members, in group-rank order.
+    """
+
+    __slots__ = ("_index", "comm", "name", "rank", "ranks", "size")
+
+    def __init__(self, comm: Any, ranks: list[int], name: str) -> None:
+        self.comm = comm
+        self.ranks = ranks
+        self.name = name
+        self.rank = -1 if comm is None else int(comm.Get_rank())
+        self.size = -1 if comm is None else int(comm.Get_size())
+        self._index = {g: i for i, g in enumerate(ranks)}
+
+    @property
+    def is_member(self) -> bool:
+        """Whether this process belongs to the group."""
+        return self.comm is not None
+
+    def group_rank(self, global_rank: int) -> int:
+        """The group rank of world rank ``global_rank``.
+
+        Raises:
+            ArgumentError: ``global_rank`` is not a member.
+        """
+        try:
+            return self._index[global_rank]
+        except (KeyError, TypeError):
+            raise ArgumentError(
+                f"get_group_rank: global rank {global_rank!r} is not part of group {self.name} "
+                f"(members {_short(self.ranks)})"
+            ) from None
+
+    def __repr__(self) -> str:
+        who = f"rank {self.rank} of {self.size}" if self.is_member else "not a member"
+        return f"<ProcessGroup {self.name}: {who}, world ranks {_short(self.ranks)}>"
+
+
+class _State:
+    """The process-wide state: the world group and every group made since."""
+
+    world: ProcessGroup | None = None
+    groups: list[ProcessGroup] = []  # noqa: RUF012 - one list for the process, by design
+    counter = 0
+
+
+def _short(ranks: list[int]) -> str:
+    return str(ranks) if len(ranks) <= 8 else f"[{ranks[0]}, {ranks[1]}, ..., {ranks[-1]}] ({len(ranks)})"
+
+
+def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> ProcessGroup:
+    """Start MPI if needed and make the world group; later calls return the same group.
+
+    Collectives call this on first use, so calling it is optional; call it to pick a communicator
+    other than ``MPI.COMM_WORLD`` or to control the abort-on-exception hook.
+
+    Args:
+        comm: The mpi4py intracommunicator the world group spans; ``None`` for ``MPI.COMM_WORLD``.
+            mpicomm works on a duplicate of it.
+        abort_on_exception: With more than one rank, install a ``sys.excepthook`` that prints the
+            failing rank's traceback and aborts the whole job, so that one rank's uncaught exception
+            never leaves the others hanging. ``None`` reads ``MPICOMM_ABORT_ON_EXCEPTION``
+            (default on; ``0`` turns it off).
+
+    Returns:
+        The world group.
+
+    Raises:
+        ArgumentTypeError: ``comm`` is not an mpi4py intracommunicator.
+        GroupError: already initialised on another communicator.
+
+    Example:
+        >>> import mpicomm
+        >>> world = mpicomm.init()
+        >>> world.size == mpicomm.get_world_size()
+        True
+    """
+    if _State.world is not None:
+        if comm is not None and _State.world.comm is not None and comm is not _State.world.comm:
+            if _mpi.MPI.Comm.Compare(comm, _State.world.comm) == _mpi.MPI.UNEQUAL:
+                raise GroupError(
+                    "init: mpicomm is already initialised on another communicator; "
+                    "call destroy_process_group() first"
+                )
+        return _State.world
+    _mpi.load()
+    MPI = _mpi.MPI
+    if not MPI.Is_initialized():
+        MPI.Init_thread()
+    if comm is None:
+        comm = MPI.COMM_WORLD
+    if not isinstance(comm, MPI.Intracomm):
+        raise ArgumentTypeError(
+            f"init: comm is a {type(comm).__qualname__}; expected an mpi4py.MPI.Intracomm"
+        )
+    dup = comm.Dup()
+    world = ProcessGroup(dup, list(range(dup.Get_size())), "world")
+    _State.world = world
+    _State.groups = [world]
+    from . import failure, validation
+
+    validation.read_environment()
+    if abort_on_exception is None:
+        abort_on_exception = os.environ.get("MPICOMM_ABORT_ON_EXCEPTION", "1") != "0"
+    if abort_on_exception and world.size > 1:
+        failure.install_abort_hook(world)
+    return world
+
+
+def is_initialized() -> bool:
+    """Whether :func:`init` has run (explicitly or through a first collective) and not been undone."""
+    return _State.world is not None
+
+
+def world() -> ProcessGroup:
+    """The world group, initialising on first use."""
+    return _State.world or init()
+
+
+def resolve(group: ProcessGroup | None, fn: str) -> ProcessGroup:
+    """The group a call runs on: ``group`` itself, or the world group for ``None``.
+
+    Raises:
+        ArgumentTypeError: ``group`` is not a ProcessGroup.
+        GroupError: the group was destroyed.
+    """
+    if group is None:
+        return _State.world or init()
+    if type(group) is not ProcessGroup:
+        raise ArgumentTypeError(
+            f"{fn}: group is a {type(group).__qualname__}; expected a mpicomm.ProcessGroup or None"
+        )
+    if group.comm is None and group.size == -2:
+        raise GroupError(f"{fn}: group {group.name} was destroyed; make a new one with new_group()")
+    return group
+
+
+def warn_non_member(group: ProcessGroup, fn: str) -> None:
+    """Warn, as torch.distributed does, that a call on a group this rank is not in does nothing."""
+    warnings.warn(
+        f"{fn}: this rank is not a member of group {group.name}; the call does nothing and returns None",
+        stacklevel=3,
+    )
+
+
+def get_rank(group: ProcessGroup | None = None) -> int:
+    """This process's rank in ``group`` (the world group by default), -1 if it is not a member.
+
+    Example:
+        >>> import mpicomm
+        >>> 0 <= mpicomm.get_rank() < mpicomm.get_world_size()
+        True
+    """
+    return resolve(group, "get_rank").rank
+
+
+def get_world_size(group: ProcessGroup | None = None) -> int:
+    """The number of ranks in ``group`` (the world group by default), -1 if this rank is not a member.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.get_world_size() >= 1
+        True
+    """
+    return resolve(group, "get_world_size").size
+
+
+def get_group_rank(group: ProcessGroup, global_rank: int) -> int:
+    """Translate a world rank into its rank in ``group``.
+
+    Raises:
+        ArgumentError: ``global_rank`` is not a member of ``group``.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.get_group_rank(mpicomm.init(), 0)
+        0
+    """
+    return resolve(group, "get_group_rank").group_rank(global_rank)
+
+
+def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
+    """Translate a rank in ``group`` into its world rank.
+
+    Raises:
+        ArgumentError: ``group_rank`` is out of range.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.get_global_rank(mpicomm.init(), 0)
+        0
+    """
+    g = resolve(group, "get_global_rank")
+    if not isinstance(group_rank, int) or not 0 <= group_rank < len(g.ranks):
+        raise ArgumentError(
+            f"get_global_rank: group_rank is {group_rank!r}; expected 0 <= group_rank < {len(g.ranks)}"
+        )
+    return g.ranks[group_rank]
+
+
+def new_group(ranks: Iterable[int] | None = None) -> ProcessGroup:
+    """Make a group of the given world ranks; every rank of the world must call it, members or not.
+
+    Group ranks follow the sorted world ranks, as in torch.distributed. Non-members get a group
+    object that makes every call a no-op returning ``None``.
+
+    Args:
+        ranks: World ranks of the members; ``None`` for all of them.
+
+    Returns:
+        The new group.
+
+    Raises:
+        ArgumentTypeError: ``ranks`` holds something other than integers.
+        ArgumentError: a rank is out of range or listed twice.
+
+    Example:
+        >>> import mpicomm
+        >>> evens = mpicomm.new_group(range(0, mpicomm.get_world_size(), 2))
+        >>> evens.is_member == (mpicomm.get_rank() % 2 == 0)
+        True
+    """
+    w = world()
+    members = _check_ranks(ranks, w.size)
+    me = w.rank
+    color = 0 if me in members else _mpi.MPI.UNDEFINED
+    comm = w.comm.Split(color, me)
+    _State.counter += 1
+    group = ProcessGroup(
+        None if comm == _mpi.MPI.COMM_NULL else comm, members, f"group{_State.counter}"
+    )
+    _State.groups.append(group)
+    return group
+
+
+def _check_ranks(ranks: Iterable[int] | None, size: int) -> list[int]:
+    if ranks is None:
+        return list(range(size))
+    try:
+        members = sorted(int(r) for r in ranks if isinstance(r, int) or hasattr(r, "__index__"))
+        raw = list(ranks)
+    except TypeError:
+        raise ArgumentTypeError(
+            f"new_group: ranks is a {type(ranks).__qualname__}; expected a list of integers"
+        ) from None
+    if len(members) != len(raw):
+        raise ArgumentTypeError(f"new_group: ranks is {raw!r}; expected a list of integers")
+    if len(set(members)) != len(members):
+        raise ArgumentError(f"new_group: ranks {raw!r} lists a rank twice; expected distinct ranks")
+    bad = [r for r in members if not 0 <= r < size]
+    if bad:
+        raise ArgumentError(
+            f"new_group: ranks has {bad[0]}; expected world ranks 0 <= rank < {size} (the world size)"
+        )
+    return members
+
+
+def new_node_group(group: ProcessGroup | None = None) -> ProcessGroup:
+    """Make the group of the ranks of ``group`` that share this node's memory (MPI ``COMM_TYPE_SHARED``).
+
+    Every rank is a member of its own node's group; its rank there is the node-local rank.
+
+    Returns:
+        This node's group.
+
+    Example:
+        >>> import mpicomm
+        >>> node = mpicomm.new_node_group()
+        >>> 0 <= node.rank < node.size
+        True
+    """
+    g = resolve(group, "new_node_group")
+    if g.comm is None:
+        raise GroupError(f"new_node_group: this rank is not a member of group {g.name}")
+    comm = g.comm.Split_type(_mpi.MPI.COMM_TYPE_SHARED, key=g.rank)
+    members = [g.ranks[r] for r in comm.allgather(g.rank)]
+    _State.counter += 1
+    node = ProcessGroup(comm, members, f"node{_State.counter}")
+    _State.groups.append(node)
+    return node
+
+
+def destroy_process_group(group: ProcessGroup | None = None) -> None:
+    """Free a group's communicator; with ``None``, free every group and undo :func:`init`.
+
+    The group's members must call it together. Using a destroyed group raises :class:`GroupError`.
+
+    Example:
+        >>> import mpicomm
+        >>> g = mpicomm.new_group()
+        >>> mpicomm.destroy_process_group(g)
+    """
+    if group is None:
+        for g in reversed(_State.groups):
+            _free(g)
+        _State.groups = []
+        _State.world = None
+        return
+    g = resolve(group, "destroy_process_group")
+    _free(g)
+    if g is _State.world:
+        _State.world = None
+
+
+def _free(group: ProcessGroup) -> None:
+    if group.comm is not None:
+        group.comm.Free()
+    group.comm = None
+    group.size = -2  # marks the group as destroyed for resolve()
+    group.rank = -1
+
+
+def root_rank(
+    group: ProcessGroup, global_rank: int | None, group_rank: int | None, fn: str, arg: str
+) -> int:
+    """The group rank of a call's root, from torch's ``src``/``dst`` (world rank) or ``group_src``/``group_dst``.
+
+    Neither given means group rank 0, as in torch.distributed.
+
+    Raises:
+        ArgumentError: both given, out of range, or the world rank is not in the group.
+    """
+    if global_rank is not None and group_rank is not None:
+        raise ArgumentError(
+            f"{fn}: both {arg}={global_rank} and group_{arg}={group_rank} given; expected one of them"
+        )
+    if group_rank is None:
+        if global_rank is None:
+            return 0
+        if group.size == len(group.ranks) and group.ranks[-1] == len(group.ranks) - 1:
+            group_rank = global_rank  # a group of all world ranks in order: no translation needed
+        else:
+            if global_rank not in group._index:
+                raise ArgumentError(
+                    f"{fn}: {arg} is world rank {global_rank!r}, which is not part of group "
+                    f"{group.name} (members {_short(group.ranks)}); expected a member's world rank"
+                )
+            return group._index[global_rank]
+        arg_shown = arg
+    else:
+        arg_shown = f"group_{arg}"
+    if type(group_rank) is not int and not isinstance(group_rank, int):
+        raise ArgumentTypeError(f"{fn}: {arg_shown} is {group_rank!r}; expected an int rank")
+    if not 0 <= group_rank < group.size:
+        raise ArgumentError(
+            f"{fn}: {arg_shown} is {group_rank}; expected 0 <= {arg_shown} < {group.size} (the group size)"
+        )
+    return group_rank

@@ -1,0 +1,47 @@
+"""The one exception hierarchy of mpicomm.
+
+Every class derives from :class:`MpicommError` and also from the built-in exception a Python user would
+catch for that kind of mistake, so ``except ValueError`` keeps working around mpicomm calls.
+
+Messages share one shape: ``"<function>: <argument> <what came>; expected <what was expected>"``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
+    "CommunicationError",
+    "CrossRankMismatchError",
+    "GroupError",
+    "MpicommError",
+    "ReductionTypeError",
+]
+
+
+class MpicommError(Exception):
+    """Base class of every error raised by mpicomm."""
+
+
+class ArgumentError(MpicommError, ValueError):
+    """An argument has the right type but a wrong value (size, range, length, sum)."""
+
+
+class ArgumentTypeError(MpicommError, TypeError):
+    """An argument has the wrong type or dtype."""
+
+
+class ReductionTypeError(ArgumentTypeError):
+    """A reduction was asked for on a dtype that it is not defined for (e.g. BAND on floats)."""
+
+
+class CrossRankMismatchError(MpicommError, ValueError):
+    """Ranks disagree about a call (op, dtype, shape, splits); raised on every rank by validation mode."""
+
+
+class GroupError(MpicommError, RuntimeError):
+    """A process group is used in a state that does not allow it (destroyed, not initialised)."""
+
+
+class CommunicationError(MpicommError, RuntimeError):
+    """MPI reported an error while carrying out a call."""

@@ -1,0 +1,65 @@
+"""Failure handling: one rank's uncaught exception ends the whole job, instead of hanging the others.
+
+Once :func:`mpicomm.init` runs on more than one rank, mpicomm wraps ``sys.excepthook`` and
+``threading.excepthook``: the failing rank prints its traceback prefixed with its rank, then calls
+``MPI_Abort`` on ``COMM_WORLD`` so that ranks blocked in a collective are killed too. Opt out with
+``MPICOMM_ABORT_ON_EXCEPTION=0`` or ``mpicomm.init(abort_on_exception=False)``; ``python -m mpi4py``
+gives the same guarantee from outside.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from . import _mpi
+
+if TYPE_CHECKING:
+    from .comm import ProcessGroup
+
+__all__ = ["install_abort_hook"]
+
+
+class _Hook:
+    installed = False
+    previous: Any = None
+    previous_thread: Any = None
+
+
+def install_abort_hook(world: ProcessGroup) -> None:
+    """Wrap the exception hooks so that an uncaught exception on this rank aborts the MPI job."""
+    if _Hook.installed:
+        return
+    _Hook.installed = True
+    _Hook.previous = sys.excepthook
+    _Hook.previous_thread = threading.excepthook
+    rank = _mpi.MPI.COMM_WORLD.Get_rank()
+
+    def excepthook(
+        kind: type[BaseException], value: BaseException, tb: TracebackType | None
+    ) -> None:
+        _report_and_abort(rank, kind, value, tb)
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:
+            return
+        _report_and_abort(rank, args.exc_type, args.exc_value, args.exc_traceback)
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_hook
+
+
+def _report_and_abort(
+    rank: int, kind: type[BaseException], value: BaseException | None, tb: TracebackType | None
+) -> None:
+    if issubclass(kind, KeyboardInterrupt) and _Hook.previous is not None:
+        _Hook.previous(kind, value, tb)
+    lines = traceback.format_exception(kind, value, tb)
+    text = "".join(f"[rank {rank}] {line}" for chunk in lines for line in chunk.splitlines(True))
+    sys.stderr.write(text)
+    sys.stderr.write(f"[rank {rank}] mpicomm: uncaught exception, aborting the MPI job\n")
+    sys.stderr.flush()
+    _mpi.MPI.COMM_WORLD.Abort(1)

@@ -1,0 +1,179 @@
+"""``ReduceOp``: torch.distributed's reduction operators, every one of them on every MPI.
+
+SUM, PRODUCT, MIN, MAX and the bitwise ops map to MPI's predefined operators. AVG is an MPI sum divided
+by the group size afterwards; PREMUL_SUM multiplies each rank's input by a factor before the sum. Both
+work on any MPI, where torch has them only on NCCL.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from . import _mpi
+from .errors import ArgumentTypeError, ReductionTypeError
+
+__all__ = ["ReduceOp"]
+
+# numpy type characters MPI has a reduction for; float16 ('e') is carried but not reduced.
+_REDUCIBLE = frozenset("?bBhHiIlLqQfdgFDG")
+
+# dtype.kind each operator accepts: b bool, i/u integers, f floats, c complex.
+_KINDS = {
+    "SUM": "biufc",
+    "PRODUCT": "biufc",
+    "MIN": "biuf",
+    "MAX": "biuf",
+    "BAND": "biu",
+    "BOR": "biu",
+    "BXOR": "biu",
+    "AVG": "iufc",
+    "PREMUL_SUM": "iufc",
+}
+
+# The MPI operator behind each name; bools use the logical operators (SUM on bools is OR, as NCCL does).
+_MPI_NAMES = {
+    "SUM": ("SUM", "LOR"),
+    "PRODUCT": ("PROD", "LAND"),
+    "MIN": ("MIN", "LAND"),
+    "MAX": ("MAX", "LOR"),
+    "BAND": ("BAND", "LAND"),
+    "BOR": ("BOR", "LOR"),
+    "BXOR": ("BXOR", "LXOR"),
+    "AVG": ("SUM", "LOR"),
+    "PREMUL_SUM": ("SUM", "LOR"),
+}
+
+
+class ReduceOp:
+    """A reduction operator: ``ReduceOp.SUM``, ``ReduceOp.AVG``, ``ReduceOp.PREMUL_SUM(0.5)``, ...
+
+    Members: SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR, AVG and PREMUL_SUM.
+
+    * On bool arrays SUM and MAX are logical OR, PRODUCT and MIN logical AND, BXOR logical XOR.
+    * AVG divides the sum by the group size. On integers the quotient is truncated toward zero
+      (``-7 / 2 -> -3``), the rule torch's Gloo backend uses; the sum itself wraps on overflow as
+      MPI's does. AVG on bools is refused, as on NCCL.
+    * ``PREMUL_SUM(factor)`` gives ``sum over ranks of factor * x``. On integer arrays the factor must
+      be an integer. Without a factor it is refused.
+    * MIN and MAX are not defined on complex numbers; the bitwise ops only on bools and integers.
+      float16 and other dtypes MPI cannot reduce are refused by every operator.
+
+    Example:
+        >>> from mpicomm import ReduceOp
+        >>> ReduceOp.PREMUL_SUM(0.5)
+        ReduceOp.PREMUL_SUM(0.5)
+    """
+
+    __slots__ = ("_ops", "factor", "name")
+
+    SUM: ClassVar[ReduceOp]
+    PRODUCT: ClassVar[ReduceOp]
+    MIN: ClassVar[ReduceOp]
+    MAX: ClassVar[ReduceOp]
+    BAND: ClassVar[ReduceOp]
+    BOR: ClassVar[ReduceOp]
+    BXOR: ClassVar[ReduceOp]
+    AVG: ClassVar[ReduceOp]
+    PREMUL_SUM: ClassVar[ReduceOp]
+
+    def __init__(self, name: str, factor: float | complex | None = None) -> None:
+        self.name = name
+        self.factor = factor
+        self._ops: dict[np.dtype[Any], Any] = {}
+
+    def __call__(self, factor: float | complex) -> ReduceOp:
+        """``ReduceOp.PREMUL_SUM(factor)``: the pre-multiplied sum with the given factor.
+
+        Raises:
+            ArgumentTypeError: called on another operator, or ``factor`` is not a number.
+        """
+        if self.name != "PREMUL_SUM":
+            raise ArgumentTypeError(f"ReduceOp.{self.name}: takes no factor; only PREMUL_SUM does")
+        if isinstance(factor, np.ndarray) and factor.size == 1:
+            factor = factor.reshape(()).item()
+        if isinstance(factor, bool) or not isinstance(factor, (int, float, complex, np.number)):
+            raise ArgumentTypeError(
+                f"ReduceOp.PREMUL_SUM: factor is {factor!r}; expected a number or a 1-element array"
+            )
+        return ReduceOp("PREMUL_SUM", factor)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ReduceOp) and other.name == self.name and other.factor == self.factor
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.factor))
+
+    def __repr__(self) -> str:
+        return f"ReduceOp.{self.name}" + ("" if self.factor is None else f"({self.factor!r})")
+
+    def mpi_op(self, dtype: np.dtype[Any], fn: str) -> Any:
+        """The MPI operator that carries out this reduction on ``dtype``.
+
+        Raises:
+            ReductionTypeError: the operator is not defined on ``dtype``, or PREMUL_SUM lacks a factor.
+        """
+        op = self._ops.get(dtype)
+        if op is None:
+            op = self._ops[dtype] = self._check(dtype, fn)
+        return op
+
+    def _check(self, dtype: np.dtype[Any], fn: str) -> Any:
+        if self.name == "PREMUL_SUM" and self.factor is None:
+            raise ReductionTypeError(
+                f"{fn}: op is ReduceOp.PREMUL_SUM without a factor; expected ReduceOp.PREMUL_SUM(factor)"
+            )
+        if not dtype.isnative or dtype.char not in _REDUCIBLE:
+            raise ReductionTypeError(
+                f"{fn}: op {self!r} on dtype {dtype}; MPI cannot reduce this dtype "
+                "(it can still be moved by broadcast, all_gather, all_to_all, send/recv)"
+            )
+        if dtype.kind not in _KINDS[self.name]:
+            kinds = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
+            allowed = ", ".join(kinds[k] for k in _KINDS[self.name])
+            raise ReductionTypeError(
+                f"{fn}: op {self!r} on dtype {dtype}; expected one of the dtype kinds: {allowed}"
+            )
+        if self.factor is not None and dtype.kind in "iu" and not _is_integral(self.factor):
+            raise ReductionTypeError(
+                f"{fn}: op {self!r} on integer dtype {dtype}; expected an integer factor"
+            )
+        full, logical = _MPI_NAMES[self.name]
+        return getattr(_mpi.MPI, logical if dtype.kind == "b" else full)
+
+    @property
+    def needs_local_work(self) -> bool:
+        """Whether the op pre-multiplies (PREMUL_SUM) or post-divides (AVG) around the MPI sum."""
+        return self.name in ("AVG", "PREMUL_SUM")
+
+
+def _is_integral(x: float | complex) -> bool:
+    return isinstance(x, (int, np.integer))
+
+
+for _name in _KINDS:
+    setattr(ReduceOp, _name, ReduceOp(_name))
+
+
+def premultiply(op: ReduceOp, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``factor * x`` for PREMUL_SUM (into ``out`` when given); ``x`` itself for other operators."""
+    if op.factor is None:
+        return x
+    if out is None:
+        out = np.empty_like(x)
+    np.multiply(x, np.asarray(op.factor).astype(x.dtype), out=out)
+    return out
+
+
+def average(x: np.ndarray, size: int) -> None:
+    """Divide a sum by the group size in place; integers truncate toward zero."""
+    if x.dtype.kind in "fc":
+        np.divide(x, size, out=x)
+        return
+    q = np.floor_divide(x, size)
+    # floor rounds negative non-exact quotients down; truncation wants them one higher
+    q += (q < 0) & (q * size != x)
+    x[...] = q

@@ -1,0 +1,146 @@
+"""``Work``: the handle that ``async_op=True`` calls return, over MPI's non-blocking operations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import _mpi
+from .errors import CommunicationError
+
+__all__ = ["Work"]
+
+
+class Work:
+    """A pending collective or point-to-point operation (torch.distributed's ``Work``).
+
+    The handle keeps every buffer of the operation alive until it completes, so the caller may drop
+    its own references. Results are in the caller's arrays once :meth:`wait` returns (or
+    :meth:`is_completed` returns True): reading or writing them before that is undefined, as in MPI.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> x = np.ones(4)
+        >>> work = mpicomm.all_reduce(x, async_op=True)
+        >>> work.wait()
+        True
+        >>> bool((x == mpicomm.get_world_size()).all())
+        True
+    """
+
+    __slots__ = (
+        "_done",
+        "_error",
+        "_finish",
+        "_keep",
+        "_ranks",
+        "_requests",
+        "_result",
+        "_source",
+        "_status",
+    )
+
+    def __init__(
+        self,
+        requests: list[Any],
+        keep: Any = None,
+        result: list[Any] | None = None,
+        finish: Callable[[], None] | None = None,
+        status: Any = None,
+        source_ranks: list[int] | None = None,
+    ) -> None:
+        self._requests = requests
+        self._keep = keep
+        self._result = result if result is not None else []
+        self._finish = finish
+        self._status = status
+        self._source = -1
+        self._ranks = source_ranks
+        self._done = False
+        self._error: BaseException | None = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the operation is complete and return True.
+
+        Args:
+            timeout: Accepted for torch compatibility and ignored: an MPI operation cannot be
+                abandoned halfway. Use ``MPICOMM_VALIDATE`` to catch mismatched calls instead.
+
+        Raises:
+            CommunicationError: MPI reported an error for this operation.
+        """
+        if not self._done:
+            try:
+                if self._status is not None:
+                    self._requests[0].Wait(self._status)
+                else:
+                    _mpi.MPI.Request.Waitall(self._requests)
+            except _mpi.MPI.Exception as exc:
+                self._fail(exc)
+            self._complete()
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self) -> bool:
+        """Whether the operation has finished (never blocks)."""
+        if not self._done:
+            try:
+                if self._status is not None:
+                    ready = self._requests[0].Test(self._status)
+                else:
+                    ready = _mpi.MPI.Request.Testall(self._requests)
+            except _mpi.MPI.Exception as exc:
+                self._fail(exc)
+                ready = True
+            if not ready:
+                return False
+            self._complete()
+        return True
+
+    def is_success(self) -> bool:
+        """Whether the operation finished without error (torch's deprecated spelling, kept)."""
+        return self.is_completed() and self._error is None
+
+    def exception(self) -> BaseException | None:
+        """The error the operation ended with, or None (also None while it is still running)."""
+        return self._error
+
+    def result(self) -> list[Any]:
+        """Wait, then return the output arrays of the operation (an empty list for send and barrier)."""
+        self.wait()
+        return self._result
+
+    def source_rank(self) -> int:
+        """The world rank a completed ``irecv`` received from (useful with any-source receives)."""
+        self.wait()
+        return self._source
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = CommunicationError(f"MPI reported an error: {exc}")
+        self._done = True
+
+    def _complete(self) -> None:
+        if self._done and self._error is not None:
+            return
+        self._done = True
+        if self._status is not None and self._ranks is not None:
+            self._source = self._ranks[self._status.Get_source()]
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            try:
+                finish()
+            except Exception as exc:
+                self._error = exc
+        self._keep = None
+
+    def __repr__(self) -> str:
+        state = "completed" if self._done else "pending"
+        return f"<mpicomm.Work {state}>"
+
+
+def completed(result: list[Any] | None = None) -> Work:
+    """A Work that is already complete (for calls that had nothing to communicate)."""
+    work = Work([], result=result)
+    work._done = True
+    return work
