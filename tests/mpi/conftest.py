@@ -1,0 +1,72 @@
+"""Multi-rank test harness: run under ``mpiexec -n N python -m mpi4py -m pytest --with-mpi -x``.
+
+* One report: only rank 0 keeps pytest's terminal reporter. Any other rank that sees a failure
+  prints it at once, prefixed with its rank, and (with ``-x``) stops; ``python -m mpi4py`` then calls
+  ``MPI_Abort`` so that the whole job ends within seconds instead of hanging in a collective.
+* Deadlocks end through pytest-timeout's thread method (``--timeout N --timeout-method thread``).
+* At the end every rank reports its counts to rank 0, which checks that all ranks ran the same tests.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mpicomm
+
+RANK = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "mpi: multi-rank test (pytest-mpi)")
+    if RANK != 0:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            config.pluginmanager.unregister(reporter)
+
+
+class _Counts:
+    outcomes: dict[str, int] = {}  # noqa: RUF012
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" or report.outcome != "passed":
+        key = report.outcome if report.when == "call" or report.failed else "skipped"
+        _Counts.outcomes[key] = _Counts.outcomes.get(key, 0) + 1
+    if RANK != 0 and report.failed:
+        text = "".join(f"[rank {RANK}] {line}\n" for line in report.longreprtext.splitlines())
+        sys.stderr.write(f"[rank {RANK}] FAILED {item.nodeid} ({report.when})\n{text}")
+        sys.stderr.flush()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if exitstatus != 0 or not mpicomm.is_initialized():
+        return
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    everyone = comm.gather(dict(_Counts.outcomes), root=0)
+    if comm.rank == 0 and everyone is not None and any(c != everyone[0] for c in everyone):
+        sys.stderr.write(f"ranks ran different tests: {everyone}\n")
+        session.exitstatus = 1
+
+
+@pytest.fixture
+def world() -> mpicomm.ProcessGroup:
+    """The world group (MPI is initialised on first use)."""
+    return mpicomm.init()
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A generator with the same seed on every rank, so every rank can build the global input."""
+    return np.random.default_rng(20261121)
