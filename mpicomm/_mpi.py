@@ -16,16 +16,16 @@ else:
 __all__ = ["MPI", "library_version", "load"]
 
 
-def load() -> MPI:  # type: ignore[valid-type]
-    """Import ``mpi4py.MPI`` (which initialises MPI unless the user set ``mpi4py.rc``) and return it."""
+def load() -> None:
+    """Import ``mpi4py.MPI`` (which initialises MPI unless the user set ``mpi4py.rc``) into ``MPI``."""
     global MPI
     if MPI is None:
         from mpi4py import MPI as module
 
         MPI = module
-    return MPI
 
 
 def library_version() -> str:
     """The first line of ``MPI_Get_library_version``, e.g. ``"MPICH Version: 5.0.2"``."""
-    return load().Get_library_version().strip().splitlines()[0]
+    load()
+    return str(MPI.Get_library_version()).strip().splitlines()[0]

@@ -68,15 +68,14 @@ def all_to_all(
     fn = "all_to_all"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     outs = check_array_list(output_tensor_list, fn, "output_tensor_list", g.size, output=True)
     ins = check_array_list(input_tensor_list, fn, "input_tensor_list", g.size, output=False)
     check_same_dtype(outs[0], ins[0], fn, "output_tensor_list", "input_tensor_list")
     ins = [send_view(a) for a in ins]
     if validation._Flag.on:
-        validation.check(
-            g, fn, {"dtype": str(ins[0].dtype)}, [a.size for a in ins], [o.size for o in outs]
-        )
+        validation.check(g, fn, {"dtype": str(ins[0].dtype)}, [a.size for a in ins], [o.size for o in outs])
     send = vector_message(ins, fn, readonly=True)
     recv = vector_message(outs, fn, readonly=False)
     if async_op:
@@ -88,7 +87,7 @@ def all_to_all(
 
 def all_to_all_single(
     output: np.ndarray,
-    input: np.ndarray,  # noqa: A002 - torch's argument name
+    input: np.ndarray,
     output_split_sizes: Sequence[int] | None = None,
     input_split_sizes: Sequence[int] | None = None,
     group: ProcessGroup | None = None,
@@ -140,7 +139,8 @@ def all_to_all_single(
     fn = "all_to_all_single"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     out = check_output(output, fn, "output")
     inp = send_view(check_array(input, fn, "input"))
     check_same_dtype(out, inp, fn, "output", "input")
@@ -182,13 +182,11 @@ def _unsplit(sizes: Sequence[int] | None) -> bool:
     return sizes is None or len(sizes) == 0
 
 
-def _splits(
-    sizes: Sequence[int] | None, x: np.ndarray, size: int, fn: str, which: str
-) -> list[int]:
+def _splits(sizes: Sequence[int] | None, x: np.ndarray, size: int, fn: str, which: str) -> list[int]:
     """Rows per rank from a split-size argument, checked against the array's dim 0."""
     rows = x.shape[0]
     arg = f"{which}_split_sizes"
-    if _unsplit(sizes):
+    if sizes is None or len(sizes) == 0:
         if rows % size:
             raise ArgumentError(
                 f"{fn}: {which} has {rows} rows along dim 0, which do not divide equally across "

@@ -75,9 +75,7 @@ def check_output(x: object, fn: str, arg: str) -> np.ndarray:
     return x
 
 
-def check_array_list(
-    xs: object, fn: str, arg: str, length: int | None, output: bool
-) -> list[np.ndarray]:
+def check_array_list(xs: object, fn: str, arg: str, length: int | None, output: bool) -> list[np.ndarray]:
     """Raise unless ``xs`` is a list or tuple of arrays (of ``length`` entries, when given).
 
     Raises:
@@ -85,9 +83,7 @@ def check_array_list(
         ArgumentError: wrong length, or an output entry that MPI cannot write into.
     """
     if not isinstance(xs, (list, tuple)):
-        raise ArgumentTypeError(
-            f"{fn}: {arg} is a {type(xs).__qualname__}; expected a list of numpy arrays"
-        )
+        raise ArgumentTypeError(f"{fn}: {arg} is a {type(xs).__qualname__}; expected a list of numpy arrays")
     if length is not None and len(xs) != length:
         raise ArgumentError(f"{fn}: {arg} has {len(xs)} entries; expected {length} (the group size)")
     check = check_output if output else check_array
@@ -171,9 +167,7 @@ def as_int_list(values: Sequence[int] | np.ndarray, fn: str, arg: str) -> list[i
     """
     arr = np.asarray(values)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise ArgumentTypeError(
-            f"{fn}: {arg} is {values!r}; expected a 1-D list of non-negative integers"
-        )
+        raise ArgumentTypeError(f"{fn}: {arg} is {values!r}; expected a 1-D list of non-negative integers")
     out = [int(v) for v in arr.tolist()]
     if any(v < 0 for v in out):
         raise ArgumentError(f"{fn}: {arg} has a negative entry {min(out)} in {out}; expected >= 0")
@@ -192,8 +186,8 @@ def vector_message(arrays: Sequence[np.ndarray], fn: str, readonly: bool) -> lis
     """
     MPI = _mpi.MPI
     sizes = [a.nbytes for a in arrays]
-    addrs = [address(a) if n else 0 for a, n in zip(arrays, sizes)]
-    used = [(p, n) for p, n in zip(addrs, sizes) if n]
+    addrs = [address(a) if n else 0 for a, n in zip(arrays, sizes, strict=True)]
+    used = [(p, n) for p, n in zip(addrs, sizes, strict=True) if n]
     if not used:
         return [np.empty(0, np.uint8), sizes, [0] * len(sizes), MPI.BYTE]
     base = min(p for p, _ in used)
@@ -203,7 +197,7 @@ def vector_message(arrays: Sequence[np.ndarray], fn: str, readonly: bool) -> lis
             f"{fn}: the arrays span {span} bytes; this MPI ({_mpi.library_version()}) has no MPI-4 "
             "large-count calls, so a message must stay under 2**31 bytes (use MPICH >= 4 or split the call)"
         )
-    displs = [p - base if n else 0 for p, n in zip(addrs, sizes)]
+    displs = [p - base if n else 0 for p, n in zip(addrs, sizes, strict=True)]
     return [MPI.buffer.fromaddress(base, span, readonly=readonly), sizes, displs, MPI.BYTE]
 
 
@@ -227,7 +221,8 @@ def span_view(arrays: Sequence[np.ndarray]) -> np.ndarray:
     first = arrays[0]
     total = sum(a.size for a in arrays)
     buf = _mpi.MPI.buffer.fromaddress(address(first), total * first.itemsize, readonly=True)
-    return np.frombuffer(buf, dtype=first.dtype, count=total)
+    view: np.ndarray = np.frombuffer(memoryview(buf), dtype=first.dtype, count=total)
+    return view
 
 
 _INT_MAX = 2**31 - 1
@@ -238,7 +233,7 @@ class _LargeCounts:
 
 
 def large_counts() -> bool:
-    """Whether the MPI library has the MPI-4 ``_c`` large-count calls (MPICH 4+, Intel MPI; not Open MPI 5.0)."""
+    """Whether the MPI library has MPI-4 large-count calls (MPICH 4+, Intel MPI; not Open MPI 5.0)."""
     if _LargeCounts.known is None:
         _LargeCounts.known = _mpi.MPI.Get_version() >= (4, 0)
     return _LargeCounts.known

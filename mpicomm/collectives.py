@@ -98,7 +98,8 @@ def all_reduce(
         g = init()
     comm = g.comm
     if comm is None:
-        return warn_non_member(g, "all_reduce")
+        warn_non_member(g, "all_reduce")
+        return None
     if type(tensor) is not np.ndarray:
         check_output(tensor, "all_reduce", "tensor")
     flags = tensor.flags
@@ -108,9 +109,7 @@ def all_reduce(
         _bad_op(op, "all_reduce")
     mop = op.mpi_op(tensor.dtype, "all_reduce")
     if validation._Flag.on:
-        validation.check(
-            g, "all_reduce", {"op": repr(op), "dtype": str(tensor.dtype), "count": tensor.size}
-        )
+        validation.check(g, "all_reduce", {"op": repr(op), "dtype": str(tensor.dtype), "count": tensor.size})
     if op.factor is not None:
         premultiply(op, tensor, out=tensor)
     MPI = _mpi.MPI
@@ -168,7 +167,8 @@ def reduce(
     fn = "reduce"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     check_output(tensor, fn, "tensor")
     if type(op) is not ReduceOp:
         _bad_op(op, fn)
@@ -231,7 +231,8 @@ def broadcast(
     fn = "broadcast"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     check_output(tensor, fn, "tensor")
     root = root_rank(g, src, group_src, fn, "src")
     if validation._Flag.on:
@@ -243,9 +244,7 @@ def broadcast(
     return None
 
 
-def barrier(
-    group: ProcessGroup | None = None, async_op: bool = False, device_ids: Any = None
-) -> Work | None:
+def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
     """Block until every rank of the group has entered the barrier.
 
     Args:
@@ -262,7 +261,8 @@ def barrier(
     """
     g = resolve(group, "barrier")
     if g.comm is None:
-        return warn_non_member(g, "barrier")
+        warn_non_member(g, "barrier")
+        return None
     if validation._Flag.on:
         validation.check(g, "barrier", {})
     if async_op:
@@ -314,15 +314,14 @@ def all_gather(
     fn = "all_gather"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     tensor = send_view(check_array(tensor, fn, "tensor"))
     outs = check_array_list(tensor_list, fn, "tensor_list", g.size, output=True)
     check_same_dtype(tensor, outs[0], fn, "tensor", "tensor_list")
     _check_own_size(outs[g.rank], tensor, fn, "tensor_list", g.rank)
     if validation._Flag.on:
-        validation.check(
-            g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size, [o.size for o in outs]
-        )
+        validation.check(g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size, [o.size for o in outs])
     send, recv = byte_message(tensor), vector_message(outs, fn, readonly=False)
     if async_op:
         req = g.comm.Iallgatherv(send, recv)
@@ -382,7 +381,8 @@ def all_gather_into_tensor(
     fn = "all_gather_into_tensor"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     inp = send_view(check_array(input_tensor, fn, "input_tensor"))
     out = check_output(output_tensor, fn, "output_tensor")
     check_same_dtype(inp, out, fn, "input_tensor", "output_tensor")
@@ -444,7 +444,8 @@ def gather(
     fn = "gather"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     tensor = send_view(check_array(tensor, fn, "tensor"))
     root = root_rank(g, dst, group_dst, fn, "dst")
     outs = _root_list(gather_list, g, root, tensor, fn, "gather_list", output=True)
@@ -474,13 +475,14 @@ def _root_list(
     if g.rank != root:
         if arrays:
             raise ArgumentError(
-                f"{fn}: {arg} is given on rank {g.rank}, which is not the root {root}; "
-                "expected None there"
+                f"{fn}: {arg} is given on rank {g.rank}, which is not the root {root}; expected None there"
             )
         return None
     if not arrays:
-        raise ArgumentError(f"{fn}: {arg} is {arrays!r} on the root rank {root}; expected a list of "
-                            f"{g.size} arrays (one per group rank)")
+        raise ArgumentError(
+            f"{fn}: {arg} is {arrays!r} on the root rank {root}; expected a list of "
+            f"{g.size} arrays (one per group rank)"
+        )
     checked = check_array_list(arrays, fn, arg, g.size, output=output)
     check_same_dtype(own, checked[0], fn, "tensor", arg)
     _check_own_size(checked[root], own, fn, arg, root)
@@ -527,7 +529,8 @@ def scatter(
     fn = "scatter"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     out = check_output(tensor, fn, "tensor")
     root = root_rank(g, src, group_src, fn, "src")
     ins = _root_list(scatter_list, g, root, out, fn, "scatter_list", output=False)
@@ -590,7 +593,8 @@ def reduce_scatter(
     fn = "reduce_scatter"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     out = check_output(output, fn, "output")
     ins = check_array_list(input_list, fn, "input_list", g.size, output=False)
     check_same_dtype(out, ins[0], fn, "output", "input_list")
@@ -600,9 +604,7 @@ def reduce_scatter(
     mop = op.mpi_op(out.dtype, fn)
     counts = [a.size for a in ins]
     if validation._Flag.on:
-        validation.check(
-            g, fn, {"op": repr(op), "dtype": str(out.dtype)}, counts, [out.size] * g.size
-        )
+        validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype)}, counts, [out.size] * g.size)
     if op.factor is None and all(a.flags.c_contiguous for a in ins) and adjacent(ins):
         packed = span_view(ins)
     else:
@@ -622,7 +624,7 @@ def reduce_scatter(
 
 def reduce_scatter_tensor(
     output: np.ndarray,
-    input: np.ndarray,  # noqa: A002 - torch's argument name
+    input: np.ndarray,
     op: ReduceOp = _SUM,
     group: ProcessGroup | None = None,
     async_op: bool = False,
@@ -665,7 +667,8 @@ def reduce_scatter_tensor(
     fn = "reduce_scatter_tensor"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     out = check_output(output, fn, "output")
     inp = send_view(check_array(input, fn, "input"))
     check_same_dtype(out, inp, fn, "output", "input")
@@ -693,4 +696,3 @@ def reduce_scatter_tensor(
 
 
 reduce_scatter_single = reduce_scatter_tensor
-

@@ -116,12 +116,11 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
         True
     """
     if _State.world is not None:
-        if comm is not None and _State.world.comm is not None and comm is not _State.world.comm:
-            if _mpi.MPI.Comm.Compare(comm, _State.world.comm) == _mpi.MPI.UNEQUAL:
-                raise GroupError(
-                    "init: mpicomm is already initialised on another communicator; "
-                    "call destroy_process_group() first"
-                )
+        if comm is not None and not _same_group(comm, _State.world.comm):
+            raise GroupError(
+                "init: mpicomm is already initialised on another communicator; "
+                "call destroy_process_group() first"
+            )
         return _State.world
     _mpi.load()
     MPI = _mpi.MPI
@@ -145,6 +144,11 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
     if abort_on_exception and world.size > 1:
         failure.install_abort_hook(world)
     return world
+
+
+def _same_group(comm: Any, ours: Any) -> bool:
+    MPI = _mpi.MPI
+    return ours is not None and MPI.Comm.Compare(comm, ours) in (MPI.IDENT, MPI.CONGRUENT)
 
 
 def is_initialized() -> bool:
@@ -266,9 +270,7 @@ def new_group(ranks: Iterable[int] | None = None) -> ProcessGroup:
     color = 0 if me in members else _mpi.MPI.UNDEFINED
     comm = w.comm.Split(color, me)
     _State.counter += 1
-    group = ProcessGroup(
-        None if comm == _mpi.MPI.COMM_NULL else comm, members, f"group{_State.counter}"
-    )
+    group = ProcessGroup(None if comm == _mpi.MPI.COMM_NULL else comm, members, f"group{_State.counter}")
     _State.groups.append(group)
     return group
 
@@ -350,10 +352,8 @@ def _free(group: ProcessGroup) -> None:
     group.rank = -1
 
 
-def root_rank(
-    group: ProcessGroup, global_rank: int | None, group_rank: int | None, fn: str, arg: str
-) -> int:
-    """The group rank of a call's root, from torch's ``src``/``dst`` (world rank) or ``group_src``/``group_dst``.
+def root_rank(group: ProcessGroup, global_rank: int | None, group_rank: int | None, fn: str, arg: str) -> int:
+    """The group rank of a call's root, from ``src``/``dst`` (world rank) or ``group_src``/``group_dst``.
 
     Neither given means group rank 0, as in torch.distributed.
 

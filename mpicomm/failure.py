@@ -38,9 +38,7 @@ def install_abort_hook(world: ProcessGroup) -> None:
     _Hook.previous_thread = threading.excepthook
     rank = _mpi.MPI.COMM_WORLD.Get_rank()
 
-    def excepthook(
-        kind: type[BaseException], value: BaseException, tb: TracebackType | None
-    ) -> None:
+    def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         _report_and_abort(rank, kind, value, tb)
 
     def thread_hook(args: threading.ExceptHookArgs) -> None:

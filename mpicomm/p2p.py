@@ -17,9 +17,7 @@ from .work import Work
 __all__ = ["irecv", "isend", "recv", "send"]
 
 
-def _peer(
-    g: ProcessGroup, rank: int | None, group_rank: int | None, fn: str, arg: str, any_ok: bool
-) -> int:
+def _peer(g: ProcessGroup, rank: int | None, group_rank: int | None, fn: str, arg: str, any_ok: bool) -> int:
     if rank is None and group_rank is None:
         if any_ok:
             return int(_mpi.MPI.ANY_SOURCE)
@@ -69,7 +67,8 @@ def send(
     fn = "send"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     x = send_view(check_array(tensor, fn, "tensor"))
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
     g.comm.Send([x, datatype(x.dtype)], peer, _tag(tag, fn))
@@ -148,7 +147,8 @@ def isend(
     fn = "isend"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     x = send_view(check_array(tensor, fn, "tensor"))
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
     req = g.comm.Isend([x, datatype(x.dtype)], peer, _tag(tag, fn))
@@ -177,7 +177,8 @@ def irecv(
     fn = "irecv"
     g = resolve(group, fn)
     if g.comm is None:
-        return warn_non_member(g, fn)
+        warn_non_member(g, fn)
+        return None
     x = check_output(tensor, fn, "tensor")
     peer = _peer(g, src, group_src, fn, "src", any_ok=True)
     req = g.comm.Irecv([x, datatype(x.dtype)], peer, _tag(tag, fn))

@@ -100,9 +100,7 @@ class ReduceOp:
         return ReduceOp("PREMUL_SUM", factor)
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, ReduceOp) and other.name == self.name and other.factor == self.factor
-        )
+        return isinstance(other, ReduceOp) and other.name == self.name and other.factor == self.factor
 
     def __hash__(self) -> int:
         return hash((self.name, self.factor))

@@ -78,8 +78,9 @@ def check(
         CrossRankMismatchError: the ranks disagree; the message is the same on every rank.
     """
     comm = group.comm
-    records = comm.allgather((fn, agree, None if sends is None else list(sends),
-                              None if recvs is None else list(recvs)))
+    records = comm.allgather(
+        (fn, agree, None if sends is None else list(sends), None if recvs is None else list(recvs))
+    )
     message = _first_mismatch(records)
     if message is not None:
         raise CrossRankMismatchError(f"{fn}: validation found ranks that disagree: {message}")
