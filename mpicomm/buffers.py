@@ -7,7 +7,7 @@ cupy here (array module lookup, stream synchronisation, host staging) without to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -221,7 +221,7 @@ def span_view(arrays: Sequence[np.ndarray]) -> np.ndarray:
     first = arrays[0]
     total = sum(a.size for a in arrays)
     buf = _mpi.MPI.buffer.fromaddress(address(first), total * first.itemsize, readonly=True)
-    view: np.ndarray = np.frombuffer(memoryview(buf), dtype=first.dtype, count=total)
+    view: np.ndarray = np.frombuffer(memoryview(cast(Any, buf)), dtype=first.dtype, count=total)
     return view
 
 
