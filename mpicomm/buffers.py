@@ -7,7 +7,7 @@ cupy here (array module lookup, stream synchronisation, host staging) without to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -204,25 +204,6 @@ def vector_message(arrays: Sequence[np.ndarray], fn: str, readonly: bool) -> lis
 def byte_message(x: np.ndarray) -> list[Any]:
     """``[x, BYTE]``: the whole array as bytes, to pair with :func:`vector_message`."""
     return [x, _mpi.MPI.BYTE]
-
-
-def adjacent(arrays: Sequence[np.ndarray]) -> bool:
-    """Whether the arrays lie back to back in memory, in order (views of one buffer)."""
-    end = address(arrays[0]) + arrays[0].nbytes
-    for a in arrays[1:]:
-        if a.nbytes and address(a) != end:
-            return False
-        end += a.nbytes
-    return True
-
-
-def span_view(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    """One read-only 1-D array over back-to-back arrays (see :func:`adjacent`), without copying."""
-    first = arrays[0]
-    total = sum(a.size for a in arrays)
-    buf = _mpi.MPI.buffer.fromaddress(address(first), total * first.itemsize, readonly=True)
-    view: np.ndarray = np.frombuffer(memoryview(cast(Any, buf)), dtype=first.dtype, count=total)
-    return view
 
 
 _INT_MAX = 2**31 - 1

@@ -17,7 +17,6 @@ import numpy as np
 
 from . import _mpi, validation
 from .buffers import (
-    adjacent,
     byte_message,
     check_array,
     check_array_list,
@@ -25,7 +24,6 @@ from .buffers import (
     check_same_dtype,
     datatype,
     send_view,
-    span_view,
     vector_message,
 )
 from .comm import ProcessGroup, _State, init, resolve, root_rank, warn_non_member
@@ -100,24 +98,39 @@ def all_reduce(
     if comm is None:
         warn_non_member(g, "all_reduce")
         return None
-    if type(tensor) is not np.ndarray:
+    # Fast path (an 8-byte all_reduce costs about 2 us in MPI, so every check here counts): a
+    # cached (datatype, op) pair for a numpy array and a plain MPI op; everything else goes through
+    # _all_reduce_checked. mpi4py refuses a read-only or non-contiguous buffer before calling MPI.
+    try:
+        dt, mop = op._ops[tensor.dtype]
+    except (KeyError, AttributeError):
+        return _all_reduce_checked(tensor, op, g, async_op)
+    if type(tensor) is not np.ndarray or validation._Flag.on or op.factor is not None or op.name == "AVG":
+        return _all_reduce_checked(tensor, op, g, async_op)
+    try:
+        if async_op:
+            return Work([comm.Iallreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)], keep=tensor, result=[tensor])
+        comm.Allreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)
+    except BufferError:
         check_output(tensor, "all_reduce", "tensor")
-    flags = tensor.flags
-    if not (flags.c_contiguous and flags.writeable):
-        check_output(tensor, "all_reduce", "tensor")
+        raise
+    return None
+
+
+def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async_op: bool) -> Work | None:
+    """all_reduce with every check, validation, PREMUL_SUM and AVG."""
+    check_output(tensor, "all_reduce", "tensor")
     if type(op) is not ReduceOp:
         _bad_op(op, "all_reduce")
-    mop = op.mpi_op(tensor.dtype, "all_reduce")
+    dt, mop = op.mpi_op(tensor.dtype, "all_reduce")
     if validation._Flag.on:
         validation.check(g, "all_reduce", {"op": repr(op), "dtype": str(tensor.dtype), "count": tensor.size})
-    if op.factor is not None:
-        premultiply(op, tensor, out=tensor)
-    MPI = _mpi.MPI
-    msg = [tensor, datatype(tensor.dtype)]
+    premultiply(op, tensor, out=tensor)
+    msg = [tensor, dt]
     if async_op:
-        req = comm.Iallreduce(MPI.IN_PLACE, msg, mop)
+        req = g.comm.Iallreduce(_mpi.MPI.IN_PLACE, msg, mop)
         return Work([req], keep=tensor, result=[tensor], finish=_post_average(op, tensor, g.size))
-    comm.Allreduce(MPI.IN_PLACE, msg, mop)
+    g.comm.Allreduce(_mpi.MPI.IN_PLACE, msg, mop)
     if op.name == "AVG":
         average(tensor, g.size)
     return None
@@ -172,7 +185,7 @@ def reduce(
     check_output(tensor, fn, "tensor")
     if type(op) is not ReduceOp:
         _bad_op(op, fn)
-    mop = op.mpi_op(tensor.dtype, fn)
+    _, mop = op.mpi_op(tensor.dtype, fn)
     root = root_rank(g, dst, group_dst, fn, "dst")
     if validation._Flag.on:
         validation.check(
@@ -563,8 +576,8 @@ def reduce_scatter(
     1       [[10, 20], [30, 40, 50]]  [33, 44, 55]
     ======  ========================  ============
 
-    Uses ``MPI_Reduce_scatter`` with per-rank counts (Gloo has no reduce_scatter; NCCL handles uneven
-    sizes with one reduce per rank). When the inputs are views lying back to back in one buffer they
+    Uneven sizes work on every MPI (Gloo has no reduce_scatter; NCCL does uneven sizes as one reduce
+    per rank). When the inputs are views lying back to back in one buffer they
     are sent without a copy; otherwise they are packed once into a temporary.
 
     Args:
@@ -601,25 +614,49 @@ def reduce_scatter(
     _check_own_size(ins[g.rank], out, fn, "input_list", g.rank)
     if type(op) is not ReduceOp:
         _bad_op(op, fn)
-    mop = op.mpi_op(out.dtype, fn)
+    _, mop = op.mpi_op(out.dtype, fn)
     counts = [a.size for a in ins]
     if validation._Flag.on:
         validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype)}, counts, [out.size] * g.size)
-    if op.factor is None and all(a.flags.c_contiguous for a in ins) and adjacent(ins):
-        packed = span_view(ins)
-    else:
-        packed = np.concatenate([a.reshape(-1) for a in ins]) if ins else out[:0]
-        premultiply(op, packed, out=packed)
+    return _reduce_scatter_pairwise(out, ins, op, mop, g, async_op)
+
+
+def _reduce_scatter_pairwise(
+    out: np.ndarray, ins: list[np.ndarray], op: ReduceOp, mop: Any, g: ProcessGroup, async_op: bool
+) -> Work | None:
+    """Send ``ins[p]`` straight to rank p, receive the peers' pieces, reduce them locally.
+
+    The pairwise-exchange algorithm MPI_Reduce_scatter itself uses for large messages, but fed
+    from the list in place: the inputs are never packed into one buffer. Messages go over the
+    group's internal communicator, so they cannot match the user's send/recv.
+    """
+    comm, size, rank = g.internal, g.size, g.rank
     dt = datatype(out.dtype)
-    send, recv = [packed, dt], [out, dt]
-    post = _post_average(op, out, g.size)
+    peers = [p for p in range(size) if p != rank]
+    received = np.empty((len(peers), out.size), out.dtype)
+    sends = [premultiply(op, send_view(ins[p])) for p in peers]
+    requests = [comm.Irecv([received[i], dt], p, _REDUCE_SCATTER_TAG) for i, p in enumerate(peers)]
+    requests += [comm.Isend([x, dt], p, _REDUCE_SCATTER_TAG) for x, p in zip(sends, peers, strict=True)]
+    own = ins[rank]
+
+    def combine() -> None:
+        np.copyto(out, own.reshape(out.shape))
+        premultiply(op, out, out=out)
+        flat = out.reshape(-1)
+        for row in received:
+            mop.Reduce_local([row, dt], [flat, dt])
+        if op.name == "AVG":
+            average(out, size)
+
     if async_op:
-        req = g.comm.Ireduce_scatter(send, recv, counts, mop)
-        return Work([req], keep=(packed, out), result=[out], finish=post)
-    g.comm.Reduce_scatter(send, recv, counts, mop)
-    if post is not None:
-        post()
+        work = Work(requests, keep=(sends, received, ins), result=[out], finish=combine)
+        return work
+    _mpi.MPI.Request.Waitall(requests)
+    combine()
     return None
+
+
+_REDUCE_SCATTER_TAG = 1
 
 
 def reduce_scatter_tensor(
@@ -679,7 +716,7 @@ def reduce_scatter_tensor(
         )
     if type(op) is not ReduceOp:
         _bad_op(op, fn)
-    mop = op.mpi_op(out.dtype, fn)
+    _, mop = op.mpi_op(out.dtype, fn)
     if validation._Flag.on:
         validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype), "count": out.size})
     inp = premultiply(op, inp)

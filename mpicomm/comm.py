@@ -42,10 +42,12 @@ class ProcessGroup:
         ranks: The world ranks of the members, in group-rank order.
     """
 
-    __slots__ = ("_index", "comm", "name", "rank", "ranks", "size")
+    __slots__ = ("_index", "comm", "internal", "name", "rank", "ranks", "size")
 
     def __init__(self, comm: Any, ranks: list[int], name: str) -> None:
         self.comm = comm
+        # a second private communicator for mpicomm's own point-to-point traffic inside collectives
+        self.internal: Any = None if comm is None else comm.Dup()
         self.ranks = ranks
         self.name = name
         self.rank = -1 if comm is None else int(comm.Get_rank())
@@ -347,7 +349,8 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
 def _free(group: ProcessGroup) -> None:
     if group.comm is not None:
         group.comm.Free()
-    group.comm = None
+        group.internal.Free()
+    group.comm = group.internal = None
     group.size = -2  # marks the group as destroyed for resolve()
     group.rank = -1
 

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import _mpi
+from .buffers import datatype
 from .errors import ArgumentTypeError, ReductionTypeError
 
 __all__ = ["ReduceOp"]
@@ -81,7 +82,8 @@ class ReduceOp:
     def __init__(self, name: str, factor: float | complex | None = None) -> None:
         self.name = name
         self.factor = factor
-        self._ops: dict[np.dtype[Any], Any] = {}
+        # dtype -> (MPI datatype, MPI operator); read directly by all_reduce's fast path
+        self._ops: dict[np.dtype[Any], tuple[Any, Any]] = {}
 
     def __call__(self, factor: float | complex) -> ReduceOp:
         """``ReduceOp.PREMUL_SUM(factor)``: the pre-multiplied sum with the given factor.
@@ -108,16 +110,16 @@ class ReduceOp:
     def __repr__(self) -> str:
         return f"ReduceOp.{self.name}" + ("" if self.factor is None else f"({self.factor!r})")
 
-    def mpi_op(self, dtype: np.dtype[Any], fn: str) -> Any:
-        """The MPI operator that carries out this reduction on ``dtype``.
+    def mpi_op(self, dtype: np.dtype[Any], fn: str) -> tuple[Any, Any]:
+        """The MPI datatype and operator that carry out this reduction on ``dtype``.
 
         Raises:
             ReductionTypeError: the operator is not defined on ``dtype``, or PREMUL_SUM lacks a factor.
         """
-        op = self._ops.get(dtype)
-        if op is None:
-            op = self._ops[dtype] = self._check(dtype, fn)
-        return op
+        pair = self._ops.get(dtype)
+        if pair is None:
+            pair = self._ops[dtype] = (datatype(dtype), self._check(dtype, fn))
+        return pair
 
     def _check(self, dtype: np.dtype[Any], fn: str) -> Any:
         if self.name == "PREMUL_SUM" and self.factor is None:
@@ -139,6 +141,8 @@ class ReduceOp:
             raise ReductionTypeError(
                 f"{fn}: op {self!r} on integer dtype {dtype}; expected an integer factor"
             )
+        if isinstance(self.factor, complex) and dtype.kind != "c":
+            raise ReductionTypeError(f"{fn}: op {self!r} on real dtype {dtype}; expected a real factor")
         full, logical = _MPI_NAMES[self.name]
         return getattr(_mpi.MPI, logical if dtype.kind == "b" else full)
 
