@@ -299,8 +299,11 @@ def all_gather(
     1       [3, 4, 5]   [[1, 2], [3, 4, 5]]
     ======  ==========  =====================
 
-    Unlike Gloo, uneven sizes work (``MPI_Allgatherv``): ``tensor_list[r]`` must have rank r's size.
-    The outputs are written where they are, with no temporary copy.
+    Unlike Gloo, uneven sizes work: ``tensor_list[r]`` must have rank r's size. The input goes
+    straight to every peer and each peer's message lands straight in its list entry (pairwise
+    exchange on the group's private communicator), with no temporary and no padding: measured at
+    16 MiB, this matches ``MPI_Allgather`` into one array, where MPICH's ``MPI_Allgatherv`` into
+    the list was 1.5x slower.
 
     Args:
         tensor_list: One writeable C-contiguous output array per group rank, in rank order.
@@ -335,12 +338,26 @@ def all_gather(
     _check_own_size(outs[g.rank], tensor, fn, "tensor_list", g.rank)
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size, [o.size for o in outs])
-    send, recv = byte_message(tensor), vector_message(outs, fn, readonly=False)
+    dt = datatype(tensor.dtype)
+    peers = [p for p in range(g.size) if p != g.rank]
+    requests = _exchange(
+        g, [[outs[p], dt] for p in peers], [[tensor, dt]] * len(peers), peers, _ALL_GATHER_TAG
+    )
+    np.copyto(outs[g.rank], tensor.reshape(outs[g.rank].shape))
     if async_op:
-        req = g.comm.Iallgatherv(send, recv)
-        return Work([req], keep=(send, recv, outs), result=outs)
-    g.comm.Allgatherv(send, recv)
+        return Work(requests, keep=(tensor, outs), result=outs)
+    _mpi.MPI.Request.Waitall(requests)
     return None
+
+
+def _exchange(
+    g: ProcessGroup, recvs: list[list[Any]], sends: list[list[Any]], peers: list[int], tag: int
+) -> list[Any]:
+    """Post a receive from and a send to every peer on the group's internal communicator."""
+    comm = g.internal
+    requests = [comm.Irecv(msg, p, tag) for msg, p in zip(recvs, peers, strict=True)]
+    requests += [comm.Isend(msg, p, tag) for msg, p in zip(sends, peers, strict=True)]
+    return requests
 
 
 def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: int) -> None:
@@ -630,13 +647,14 @@ def _reduce_scatter_pairwise(
     from the list in place: the inputs are never packed into one buffer. Messages go over the
     group's internal communicator, so they cannot match the user's send/recv.
     """
-    comm, size, rank = g.internal, g.size, g.rank
+    size, rank = g.size, g.rank
     dt = datatype(out.dtype)
     peers = [p for p in range(size) if p != rank]
     received = np.empty((len(peers), out.size), out.dtype)
     sends = [premultiply(op, send_view(ins[p])) for p in peers]
-    requests = [comm.Irecv([received[i], dt], p, _REDUCE_SCATTER_TAG) for i, p in enumerate(peers)]
-    requests += [comm.Isend([x, dt], p, _REDUCE_SCATTER_TAG) for x, p in zip(sends, peers, strict=True)]
+    requests = _exchange(
+        g, [[row, dt] for row in received], [[x, dt] for x in sends], peers, _REDUCE_SCATTER_TAG
+    )
     own = ins[rank]
 
     def combine() -> None:
@@ -656,7 +674,9 @@ def _reduce_scatter_pairwise(
     return None
 
 
+# Tags of mpicomm's own messages on a group's internal communicator.
 _REDUCE_SCATTER_TAG = 1
+_ALL_GATHER_TAG = 2
 
 
 def reduce_scatter_tensor(
