@@ -1,0 +1,27 @@
+"""GPU tests: marked ``gpu``, skipped with a clear reason where cupy or a CUDA device is missing."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _gpu_missing() -> str | None:
+    try:
+        import cupy
+    except ImportError:
+        return "cupy is not installed (pip install mpicomm[cuda12] or [cuda13])"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device is visible"
+    except Exception as exc:  # the CUDA runtime raises its own error types
+        return f"the CUDA runtime is not usable: {exc}"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = _gpu_missing()
+    for item in items:
+        if "tests/gpu" in str(item.fspath):
+            item.add_marker(pytest.mark.gpu)
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
