@@ -553,7 +553,7 @@ def scatter(
         >>> parts = [np.array([float(i)]) for i in range(w)] if r == 0 else None
         >>> out = np.empty(1)
         >>> mpicomm.scatter(out, parts, src=0)
-        >>> out[0] == r
+        >>> bool(out[0] == r)
         True
     """
     fn = "scatter"
