@@ -1,0 +1,328 @@
+"""The mpicomm demo: every collective on small readable data, each result checked against numpy.
+
+Run it on any number of ranks; one rank needs no launcher::
+
+    mpirun -n 8 python -m mpi4py -m mpicomm.demo
+    python -m mpicomm.demo
+
+Every rank computes what each call must give from the inputs of all ranks, compares it with what
+it got, and sends its rows to rank 0, which prints one table. The exit status is 0 when every
+check passed on every rank, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+
+import mpicomm
+from mpicomm import ReduceOp
+
+__all__ = ["CASES", "main", "run"]
+
+#: What a call takes or gives on one rank: an array, a list of arrays, or nothing.
+Data: TypeAlias = "np.ndarray | list[np.ndarray] | None"
+
+
+@dataclass
+class Step:
+    """One rank's side of one call: what it sent, what it got, and what it should have got."""
+
+    sent: Data
+    got: Data
+    want: Data
+    note: str = ""
+
+
+Case: TypeAlias = Callable[[int, int], Step]
+
+# torch's all_to_all_single docstring example (four ranks): rows rank i sends to rank j.
+_TORCH_SPLITS = [[2, 2, 1, 1], [3, 2, 2, 2], [2, 1, 1, 1], [2, 2, 2, 1]]
+
+
+def _pair(r: int) -> np.ndarray:
+    """Rank r's input to the reductions, ``[r + 1, 2 (r + 1)]``."""
+    return np.array([r + 1.0, 2.0 * (r + 1)])
+
+
+def _chunk(j: int) -> np.ndarray:
+    """The j-th of the consecutive runs ``[1, 2], [3, 4, 5], [6, 7, 8, 9], ...`` (j + 2 numbers)."""
+    start = j * (j + 3) // 2 + 1
+    return np.arange(start, start + j + 2)
+
+
+def _weight(r: int, w: int) -> int:
+    """Rank r's factor in reduce_scatter: 10**r on 2 ranks (torch's example), r + 1 on more."""
+    return 10**r if w <= 2 else r + 1
+
+
+def _splits(w: int) -> list[list[int]]:
+    """Rows rank i sends to rank j in all_to_all_single: torch's example on 4 ranks, else with zeros."""
+    return _TORCH_SPLITS if w == 4 else [[(i + j + 1) % 3 for j in range(w)] for i in range(w)]
+
+
+def _all_reduce(op: ReduceOp, ref: Callable[[np.ndarray], np.ndarray], ints: bool = False) -> Case:
+    """A case running all_reduce with ``op``; ``ref`` reduces the stacked inputs of all ranks."""
+
+    def make(r: int) -> np.ndarray:
+        return np.array([r + 1]) if ints else _pair(r)
+
+    def case(r: int, w: int) -> Step:
+        x = make(r)
+        sent = x.copy()
+        mpicomm.all_reduce(x, op=op)
+        return Step(sent, x, ref(np.stack([make(q) for q in range(w)])))
+
+    return case
+
+
+def _all_reduce_async(r: int, w: int) -> Step:
+    x = _pair(r)
+    sent = x.copy()
+    work = mpicomm.all_reduce(x, op=ReduceOp.AVG, async_op=True)
+    done = work is not None and work.wait()
+    return Step(sent, x if done else None, np.mean([_pair(q) for q in range(w)], axis=0))
+
+
+def _broadcast(r: int, w: int) -> Step:
+    src = w - 1
+    want = np.arange(3) + 10 * src
+    x = want.copy() if r == src else np.zeros(3, dtype=want.dtype)
+    mpicomm.broadcast(x, src=src)
+    return Step(want if r == src else None, x, want)
+
+
+def _all_gather(r: int, w: int) -> Step:
+    out = [np.empty(j + 2, dtype=np.int64) for j in range(w)]
+    mpicomm.all_gather(out, _chunk(r))
+    return Step(_chunk(r), out, [_chunk(j) for j in range(w)])
+
+
+def _all_gather_into_tensor(r: int, w: int) -> Step:
+    x = np.array([1 + 2 * r, 2 + 2 * r])
+    out = np.empty((w, 2), dtype=x.dtype)
+    mpicomm.all_gather_into_tensor(out, x)
+    return Step(x, out, np.arange(1, 2 * w + 1).reshape(w, 2))
+
+
+def _reduce_scatter(r: int, w: int) -> Step:
+    ins = [_weight(r, w) * _chunk(j) for j in range(w)]
+    out = np.empty(r + 2, dtype=np.int64)
+    mpicomm.reduce_scatter(out, ins)
+    return Step(ins, out, sum(_weight(q, w) for q in range(w)) * _chunk(r))
+
+
+def _reduce_scatter_tensor(r: int, w: int) -> Step:
+    x = np.arange(2 * w)
+    out = np.empty(2, dtype=x.dtype)
+    mpicomm.reduce_scatter_tensor(out, x)
+    return Step(x, out, w * np.arange(2 * r, 2 * r + 2))
+
+
+def _all_to_all_single(r: int, w: int) -> Step:
+    s = _splits(w)
+    inputs = [10 * i + np.arange(sum(s[i])) for i in range(w)]
+    out_splits = [s[i][r] for i in range(w)]
+    out = np.empty(sum(out_splits), dtype=inputs[r].dtype)
+    mpicomm.all_to_all_single(out, inputs[r], out_splits, s[r])
+    want = [inputs[i][sum(s[i][:r]) : sum(s[i][: r + 1])] for i in range(w)]
+    return Step(inputs[r], out, np.concatenate(want))
+
+
+def _gather(r: int, w: int) -> Step:
+    dst = w - 1
+    x = np.full(r + 1, r)
+    out = [np.empty(j + 1, dtype=x.dtype) for j in range(w)] if r == dst else None
+    mpicomm.gather(x, out, dst=dst)
+    return Step(x, out, [np.full(j + 1, j) for j in range(w)] if r == dst else None)
+
+
+def _scatter(r: int, w: int) -> Step:
+    parts = [10 * j + np.arange(j + 1) for j in range(w)]
+    out = np.empty(r + 1, dtype=parts[0].dtype)
+    mpicomm.scatter(out, parts if r == 0 else None, src=0)
+    return Step(parts if r == 0 else None, out, parts[r])
+
+
+def _reduce(r: int, w: int) -> Step:
+    x = _pair(r)
+    sent = x.copy()
+    mpicomm.reduce(x, dst=0, op=ReduceOp.PRODUCT)
+    want = np.prod([_pair(q) for q in range(w)], axis=0)
+    return Step(sent, x if r == 0 else None, want if r == 0 else None)
+
+
+def _ring(r: int, w: int) -> Step:
+    if w == 1:
+        return Step(None, None, None, note="needs 2 ranks")
+    got = np.empty(1, dtype=np.int64)
+    pending = mpicomm.irecv(got, src=(r - 1) % w)
+    mpicomm.send(np.array([r]), dst=(r + 1) % w)
+    source = pending.source_rank() if pending is not None else -1
+    return Step(np.array([r]), got if source == (r - 1) % w else None, np.array([(r - 1) % w]))
+
+
+def _barrier(r: int, w: int) -> Step:
+    mpicomm.barrier()
+    return Step(None, None, None)
+
+
+CASES: list[tuple[str, Case]] = [
+    ("all_reduce SUM", _all_reduce(ReduceOp.SUM, lambda a: a.sum(0))),
+    ("all_reduce AVG", _all_reduce(ReduceOp.AVG, lambda a: a.mean(0))),
+    ("all_reduce MAX", _all_reduce(ReduceOp.MAX, lambda a: a.max(0))),
+    ("all_reduce PREMUL_SUM(0.5)", _all_reduce(ReduceOp.PREMUL_SUM(0.5), lambda a: 0.5 * a.sum(0))),
+    ("all_reduce BXOR (int64)", _all_reduce(ReduceOp.BXOR, np.bitwise_xor.reduce, ints=True)),
+    ("all_reduce AVG async_op", _all_reduce_async),
+    ("broadcast src=last", _broadcast),
+    ("all_gather (uneven)", _all_gather),
+    ("all_gather_into_tensor", _all_gather_into_tensor),
+    ("reduce_scatter (uneven)", _reduce_scatter),
+    ("reduce_scatter_tensor", _reduce_scatter_tensor),
+    ("all_to_all_single (splits)", _all_to_all_single),
+    ("gather dst=last (uneven)", _gather),
+    ("scatter src=0 (uneven)", _scatter),
+    ("reduce PRODUCT dst=0", _reduce),
+    ("irecv/send ring r-1 -> r", _ring),
+    ("barrier", _barrier),
+]
+
+
+def _equal(got: Data, want: Data) -> bool:
+    """Whether a result matches its reference: same structure and shapes, equal values."""
+    if isinstance(got, list) or isinstance(want, list):
+        return (
+            isinstance(got, list)
+            and isinstance(want, list)
+            and len(got) == len(want)
+            and all(_equal(g, x) for g, x in zip(got, want, strict=True))
+        )
+    if got is None or want is None:
+        return got is None and want is None
+    return got.shape == want.shape and bool(np.allclose(got, want, rtol=1e-12, atol=0))
+
+
+def _items(items: list[str], head: int, tail: int) -> str:
+    """``[a, b, ..., z]``: the first ``head`` and last ``tail`` items of a long list."""
+    if len(items) > head + tail + 1:
+        items = [*items[:head], "...", *items[-tail:]]
+    return "[" + ", ".join(items) + "]"
+
+
+def _number(v: object) -> str:
+    """A number as short text: whole floats without a decimal point, other floats in ``%g``."""
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:g}"
+    return str(v)
+
+
+def _text(x: Data, head: int, tail: int, outer: int) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, list) or x.ndim > 1:
+        return _items([_text(a, head, tail, outer) for a in x], outer, 1)
+    return _items([_number(v) for v in x.tolist()], head, tail)
+
+
+def _fmt(x: Data, width: int = 34) -> str:
+    """A short text for an array or a list of arrays, abbreviated more and more until it fits ``width``."""
+    for head, tail, outer in ((3, 2, 2), (2, 1, 1), (1, 1, 1)):
+        text = _text(x, head, tail, outer)
+        if len(text) <= width:
+            return text
+    return text[: width - 3] + "..."
+
+
+def _gather_rows(rows: list[list[object]]) -> list[list[list[object]]] | None:
+    """Every rank's rows on rank 0 (None elsewhere): sizes first, then the JSON text, uneven sizes."""
+    w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+    payload = np.frombuffer(json.dumps(rows).encode(), dtype=np.uint8)
+    sizes = [np.empty(1, dtype=np.int64) for _ in range(w)] if r == 0 else None
+    mpicomm.gather(np.array([payload.size]), sizes, dst=0)
+    texts = [np.empty(int(s[0]), dtype=np.uint8) for s in sizes] if sizes is not None else None
+    mpicomm.gather(payload, texts, dst=0)
+    return None if texts is None else [json.loads(t.tobytes()) for t in texts]
+
+
+def _table(names: Sequence[str], per_rank: list[list[list[object]]]) -> str:
+    """One table: per operation, a line for each rank shown (0, 1 and the last beyond 4 ranks)."""
+    w = len(per_rank)
+    shown = list(range(w)) if w <= 4 else [0, 1, w - 1]
+    lines = [["operation", "rank", "sent", "got", "ok"]]
+    for i, name in enumerate(names):
+        cells = [per_rank[r][i] for r in range(w)]
+        failed = [r for r in range(w) if not cells[r][2]]
+        note = next((str(c[3]) for c in cells if c[3]), "")
+        ok = f"FAIL on ranks {failed}" if failed else note or "ok"
+        for k, r in enumerate(shown):
+            sent, got = str(cells[r][0]), str(cells[r][1])
+            lines.append([name if k == 0 else "", str(r), sent, got, ok if k == 0 else ""])
+    widths = [max(len(line[c]) for line in lines) for c in range(4)]
+    padded = ["  ".join(cell.ljust(n) for cell, n in zip(line, widths, strict=False)) for line in lines]
+    return "\n".join(f"{text}  {line[4]}".rstrip() for text, line in zip(padded, lines, strict=True))
+
+
+def run(cases: Sequence[tuple[str, Case]] = CASES) -> bool:
+    """Run every case on every rank, print the table on rank 0, and return whether all ranks passed."""
+    w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+    rows: list[list[object]] = []
+    for _, case in cases:
+        step = case(r, w)
+        rows.append([_fmt(step.sent), _fmt(step.got), _equal(step.got, step.want), step.note])
+    per_rank = _gather_rows(rows)
+    if per_rank is not None:
+        validation = "on" if mpicomm.is_validation_enabled() else "off"
+        ranks = "" if w <= 4 else f"; showing ranks 0, 1 and {w - 1}, ok covers them all"
+        print(f"mpicomm {mpicomm.__version__} demo on {w} rank(s), validation {validation}{ranks}")
+        print(_table([name for name, _ in cases], per_rank), flush=True)
+    failures = np.array([sum(not row[2] for row in rows)])
+    mpicomm.all_reduce(failures)  # after rank 0 printed: a failing rank's exit may abort the job
+    if per_rank is not None:
+        print("all checks passed" if failures[0] == 0 else f"{failures[0]} check(s) FAILED", flush=True)
+    return bool(failures[0] == 0)
+
+
+_HELP = """\
+Run each mpicomm collective on small data and check every rank's result against numpy:
+all_reduce (SUM, AVG, MAX, PREMUL_SUM, BXOR, async), broadcast, all_gather, all_gather_into_tensor,
+reduce_scatter, reduce_scatter_tensor, all_to_all_single, gather, scatter, reduce, send/recv and
+barrier. Rank 0 prints one table: what each rank sent and got, and whether it matched. Runs on any
+number of ranks; beyond 4 it shows ranks 0, 1 and the last one, and checks them all."""
+
+_EXAMPLES = """\
+examples:
+  python -m mpicomm.demo                          one rank, no launcher needed
+  mpirun -n 8 python -m mpi4py -m mpicomm.demo    8 ranks; a failing rank aborts the job
+  make demo NP=4                                  the same through the Makefile
+
+exit status: 0 if every check passed on every rank, 1 otherwise"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line, run the demo, and return the exit status (0 when every check passed)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mpicomm.demo",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_HELP,
+        epilog=_EXAMPLES,
+    )
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="turn on validation mode (cross-rank checks of every call; same as MPICOMM_VALIDATE=1)",
+    )
+    args = parser.parse_args(argv)
+    mpicomm.init()
+    if args.validate:
+        mpicomm.set_validation(True)
+    return 0 if run() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
