@@ -12,6 +12,7 @@ from .buffers import (
     check_array,
     check_array_list,
     check_disjoint,
+    check_disjoint_lists,
     check_output,
     check_same_dtype,
     datatype,
@@ -19,7 +20,7 @@ from .buffers import (
     send_view,
 )
 from .comm import ProcessGroup, resolve, warn_non_member
-from .errors import ArgumentError
+from .errors import ArgumentError, ArgumentTypeError
 from .exchange import ALL_TO_ALL, copy_own, exchange, finish
 from .work import Work
 
@@ -75,9 +76,15 @@ def all_to_all(
     ins = check_array_list(input_tensor_list, fn, "input_tensor_list", g.size, output=False)
     check_same_dtype(outs[0], ins[0], fn, "output_tensor_list", "input_tensor_list")
     ins = [send_view(a) for a in ins]
+    me = g.rank
+    if outs[me].size != ins[me].size:
+        raise ArgumentError(
+            f"{fn}: output_tensor_list[{me}] has {outs[me].size} elements; expected {ins[me].size}, "
+            f"the size of input_tensor_list[{me}] (what this rank sends to itself)"
+        )
+    check_disjoint_lists(outs, ins, (me, me), fn, "output_tensor_list", "input_tensor_list")
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(ins[0].dtype)}, [a.size for a in ins], [o.size for o in outs])
-    me = g.rank
     peers = [p for p in range(g.size) if p != me]
     requests = exchange(g, {p: outs[p] for p in peers}, {p: ins[p] for p in peers}, ALL_TO_ALL)
     copy_own(outs[me], ins[me])
@@ -147,8 +154,14 @@ def all_to_all_single(
     row = _row(inp, out, fn)
     out_rows = _splits(output_split_sizes, out, g.size, fn, "output")
     in_rows = _splits(input_split_sizes, inp, g.size, fn, "input")
+    me = g.rank
+    if out_rows[me] != in_rows[me]:
+        raise ArgumentError(
+            f"{fn}: output_split_sizes[{me}] is {out_rows[me]} rows; expected {in_rows[me]}, "
+            f"input_split_sizes[{me}] (the rows this rank sends to itself)"
+        )
     if validation._Flag.on:
-        validation.check(g, fn, {"dtype": str(inp.dtype), "row": row}, in_rows, out_rows)
+        validation.check(g, fn, {"dtype": str(inp.dtype), "row": row}, in_rows, out_rows, unit="rows")
     dt = datatype(inp.dtype)
     if _unsplit(output_split_sizes) and _unsplit(input_split_sizes):
         send, recv = [inp, dt], [out, dt]
@@ -179,13 +192,17 @@ def _row(inp: np.ndarray, out: np.ndarray, fn: str) -> int:
 
 
 def _unsplit(sizes: Sequence[int] | None) -> bool:
-    return sizes is None or len(sizes) == 0
+    return sizes is None or (isinstance(sizes, (list, tuple, np.ndarray)) and len(sizes) == 0)
 
 
 def _splits(sizes: Sequence[int] | None, x: np.ndarray, size: int, fn: str, which: str) -> list[int]:
     """Rows per rank from a split-size argument, checked against the array's dim 0."""
     rows = x.shape[0]
     arg = f"{which}_split_sizes"
+    if sizes is not None and not isinstance(sizes, (list, tuple, np.ndarray)):
+        raise ArgumentTypeError(
+            f"{fn}: {arg} is {sizes!r}, a {type(sizes).__qualname__}; expected a list of {size} non-negative ints"
+        )
     if sizes is None or len(sizes) == 0:
         if rows % size:
             raise ArgumentError(

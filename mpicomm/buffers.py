@@ -20,6 +20,7 @@ __all__ = [
     "check_array_list",
     "check_output",
     "check_disjoint",
+    "check_disjoint_lists",
     "check_same_dtype",
     "datatype",
     "message",
@@ -185,6 +186,44 @@ def check_disjoint(out: np.ndarray, inp: np.ndarray, fn: str, out_name: str, in_
             f"{fn}: {in_name} overlaps {out_name} in memory; expected separate arrays "
             "(MPI forbids aliased send and receive buffers)"
         )
+
+
+def check_disjoint_lists(
+    outs: Sequence[np.ndarray],
+    ins: Sequence[np.ndarray],
+    same_ok: tuple[int, int] | None,
+    fn: str,
+    out_name: str,
+    in_name: str,
+) -> None:
+    """Raise if an output entry overlaps another output entry or an input entry.
+
+    ``same_ok = (i, j)`` allows ``outs[i]`` and ``ins[j]`` to be the very same memory (this rank's
+    own entry, which is copied locally, never sent). One sort of the byte ranges: O(n log n).
+
+    Raises:
+        ArgumentError: two ranges overlap.
+    """
+    spans = [(address(a), address(a) + a.nbytes, f"{out_name}[{i}]", True) for i, a in enumerate(outs)]
+    spans += [(address(a), address(a) + a.nbytes, f"{in_name}[{j}]", False) for j, a in enumerate(ins)]
+    if same_ok is not None:
+        o, i = outs[same_ok[0]], ins[same_ok[1]]
+        if address(o) == address(i) and o.nbytes == i.nbytes:
+            del spans[len(outs) + same_ok[1]]
+    spans = sorted(s for s in spans if s[1] > s[0])
+    out_end, out_name_end = -1, ""
+    any_end, any_name_end = -1, ""
+    for start, end, name, is_out in spans:
+        clash = any_name_end if is_out and start < any_end else out_name_end if start < out_end else None
+        if clash:
+            raise ArgumentError(
+                f"{fn}: {name} overlaps {clash} in memory; expected separate arrays "
+                "(MPI forbids overlapping receive buffers)"
+            )
+        if end > any_end:
+            any_end, any_name_end = end, name
+        if is_out and end > out_end:
+            out_end, out_name_end = end, name
 
 
 class _LargeCounts:

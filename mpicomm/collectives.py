@@ -21,6 +21,7 @@ from .buffers import (
     check_array,
     check_array_list,
     check_disjoint,
+    check_disjoint_lists,
     check_output,
     check_same_dtype,
     datatype,
@@ -104,9 +105,14 @@ def all_reduce(
     # _all_reduce_checked. mpi4py refuses a read-only or non-contiguous buffer before calling MPI.
     try:
         dt, mop = op._ops[tensor.dtype]
-    except (KeyError, AttributeError):
+    except (KeyError, AttributeError, TypeError):
         return _all_reduce_checked(tensor, op, g, async_op)
-    if type(tensor) is not np.ndarray or validation._Flag.on or op.factor is not None or op.name == "AVG":
+    if (
+        type(tensor) is not np.ndarray
+        or not tensor.flags.c_contiguous
+        or validation._Flag.on
+        or not op._plain
+    ):
         return _all_reduce_checked(tensor, op, g, async_op)
     try:
         if async_op:
@@ -337,6 +343,7 @@ def all_gather(
     outs = check_array_list(tensor_list, fn, "tensor_list", g.size, output=True)
     check_same_dtype(tensor, outs[0], fn, "tensor", "tensor_list")
     _check_own_size(outs[g.rank], tensor, fn, "tensor_list", g.rank)
+    check_disjoint_lists(outs, [tensor], (g.rank, 0), fn, "tensor_list", "tensor")
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size, [o.size for o in outs])
     me = g.rank
@@ -504,13 +511,14 @@ def _root_list(
     output: bool,
 ) -> list[np.ndarray] | None:
     """Check the list a rooted call takes on its root only (gather_list, scatter_list)."""
+    empty = arrays is None or (isinstance(arrays, (list, tuple)) and len(arrays) == 0)
     if g.rank != root:
-        if arrays:
+        if not empty:
             raise ArgumentError(
                 f"{fn}: {arg} is given on rank {g.rank}, which is not the root {root}; expected None there"
             )
         return None
-    if not arrays:
+    if empty:
         raise ArgumentError(
             f"{fn}: {arg} is {arrays!r} on the root rank {root}; expected a list of "
             f"{g.size} arrays (one per group rank)"
@@ -518,7 +526,12 @@ def _root_list(
     checked = check_array_list(arrays, fn, arg, g.size, output=output)
     check_same_dtype(own, checked[0], fn, "tensor", arg)
     _check_own_size(checked[root], own, fn, arg, root)
-    return checked if output else [send_view(a) for a in checked]
+    if output:
+        check_disjoint_lists(checked, [own], (root, 0), fn, arg, "tensor")
+        return checked
+    views = [send_view(a) for a in checked]
+    check_disjoint_lists([own], views, (0, root), fn, "tensor", arg)
+    return views
 
 
 def scatter(

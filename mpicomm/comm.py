@@ -11,6 +11,8 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from . import _mpi
 from .errors import ArgumentError, ArgumentTypeError, GroupError
 
@@ -69,8 +71,8 @@ class ProcessGroup:
             return self._index[global_rank]
         except (KeyError, TypeError):
             raise ArgumentError(
-                f"get_group_rank: global rank {global_rank!r} is not part of group {self.name} "
-                f"(members {_short(self.ranks)})"
+                f"get_group_rank: global_rank is {global_rank!r}, which is not part of group {self.name}; "
+                f"expected one of its members {_short(self.ranks)}"
             ) from None
 
     def __repr__(self) -> str:
@@ -118,6 +120,10 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
         True
     """
     if _State.world is not None:
+        if comm is not None and not isinstance(comm, _mpi.MPI.Intracomm):
+            raise ArgumentTypeError(
+                f"init: comm is a {type(comm).__qualname__}; expected an mpi4py.MPI.Intracomm"
+            )
         if comm is not None and not _same_group(comm, _State.world.comm):
             raise GroupError(
                 "init: mpicomm is already initialised on another communicator; "
@@ -281,8 +287,8 @@ def _check_ranks(ranks: Iterable[int] | None, size: int) -> list[int]:
     if ranks is None:
         return list(range(size))
     try:
-        members = sorted(int(r) for r in ranks if isinstance(r, int) or hasattr(r, "__index__"))
-        raw = list(ranks)
+        raw = list(ranks)  # once: ranks may be a generator
+        members = sorted(int(r) for r in raw if isinstance(r, int) or hasattr(r, "__index__"))
     except TypeError:
         raise ArgumentTypeError(
             f"new_group: ranks is a {type(ranks).__qualname__}; expected a list of integers"
@@ -370,6 +376,8 @@ def root_rank(group: ProcessGroup, global_rank: int | None, group_rank: int | No
     if group_rank is None:
         if global_rank is None:
             return 0
+        if not isinstance(global_rank, (int, np.integer)) or isinstance(global_rank, bool):
+            raise ArgumentTypeError(f"{fn}: {arg} is {global_rank!r}; expected an int world rank")
         if group.size == len(group.ranks) and group.ranks[-1] == len(group.ranks) - 1:
             group_rank = global_rank  # a group of all world ranks in order: no translation needed
         else:
@@ -378,14 +386,16 @@ def root_rank(group: ProcessGroup, global_rank: int | None, group_rank: int | No
                     f"{fn}: {arg} is world rank {global_rank!r}, which is not part of group "
                     f"{group.name} (members {_short(group.ranks)}); expected a member's world rank"
                 )
-            return group._index[global_rank]
+            return group._index[int(global_rank)]
         arg_shown = arg
     else:
         arg_shown = f"group_{arg}"
-    if type(group_rank) is not int and not isinstance(group_rank, int):
+    if type(group_rank) is not int and (
+        not isinstance(group_rank, (int, np.integer)) or isinstance(group_rank, bool)
+    ):
         raise ArgumentTypeError(f"{fn}: {arg_shown} is {group_rank!r}; expected an int rank")
     if not 0 <= group_rank < group.size:
         raise ArgumentError(
             f"{fn}: {arg_shown} is {group_rank}; expected 0 <= {arg_shown} < {group.size} (the group size)"
         )
-    return group_rank
+    return int(group_rank)

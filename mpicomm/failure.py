@@ -9,6 +9,7 @@ gives the same guarantee from outside.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import traceback
@@ -61,3 +62,6 @@ def _report_and_abort(
     sys.stderr.write(f"[rank {rank}] mpicomm: uncaught exception, aborting the MPI job\n")
     sys.stderr.flush()
     _mpi.MPI.COMM_WORLD.Abort(1)
+    # MPI_Abort may return when called from a thread other than the main one (MPICH does): never
+    # go back to the program, which would run on until the launcher kills it.
+    os._exit(1)

@@ -23,17 +23,32 @@ def _peer(g: ProcessGroup, rank: int | None, group_rank: int | None, fn: str, ar
             return int(_mpi.MPI.ANY_SOURCE)
         raise ArgumentError(f"{fn}: no {arg} given; expected {arg}= (world rank) or group_{arg}=")
     peer = root_rank(g, rank, group_rank, fn, arg)
-    if peer == g.rank and not any_ok:
+    if peer == g.rank:
         raise ArgumentError(
-            f"{fn}: {arg} is this rank ({g.ranks[peer]}); expected another rank (no send to self)"
+            f"{fn}: {arg} is this rank ({g.ranks[peer]}); expected another rank "
+            "(a message to or from itself could never be matched)"
         )
     return peer
 
 
-def _tag(tag: int, fn: str) -> int:
-    if type(tag) is not int or tag < 0:
-        raise ArgumentTypeError(f"{fn}: tag is {tag!r}; expected a non-negative int")
-    return tag
+def _tag(g: ProcessGroup, tag: int, fn: str) -> int:
+    if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool):
+        raise ArgumentTypeError(f"{fn}: tag is {tag!r}; expected an int")
+    upper = _tag_upper_bound(g)
+    if not 0 <= tag <= upper:
+        raise ArgumentError(f"{fn}: tag is {tag}; expected 0 <= tag <= {upper} (MPI_TAG_UB of this MPI)")
+    return int(tag)
+
+
+def _tag_upper_bound(g: ProcessGroup) -> int:
+    """The largest tag this MPI allows (``MPI_TAG_UB``, at least 32767), read once."""
+    if _TagBound.value is None:
+        _TagBound.value = int(g.comm.Get_attr(_mpi.MPI.TAG_UB))
+    return _TagBound.value
+
+
+class _TagBound:
+    value: int | None = None
 
 
 def send(
@@ -71,7 +86,7 @@ def send(
         return None
     x = send_view(check_array(tensor, fn, "tensor"))
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
-    g.comm.Send([x, datatype(x.dtype)], peer, _tag(tag, fn))
+    g.comm.Send([x, datatype(x.dtype)], peer, _tag(g, tag, fn))
     return None
 
 
@@ -117,7 +132,7 @@ def recv(
     x = check_output(tensor, fn, "tensor")
     peer = _peer(g, src, group_src, fn, "src", any_ok=True)
     status = _mpi.MPI.Status()
-    g.comm.Recv([x, datatype(x.dtype)], peer, _tag(tag, fn), status)
+    g.comm.Recv([x, datatype(x.dtype)], peer, _tag(g, tag, fn), status)
     return g.ranks[status.Get_source()]
 
 
@@ -151,7 +166,7 @@ def isend(
         return None
     x = send_view(check_array(tensor, fn, "tensor"))
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
-    req = g.comm.Isend([x, datatype(x.dtype)], peer, _tag(tag, fn))
+    req = g.comm.Isend([x, datatype(x.dtype)], peer, _tag(g, tag, fn))
     return Work([req], keep=x)
 
 
@@ -181,5 +196,5 @@ def irecv(
         return None
     x = check_output(tensor, fn, "tensor")
     peer = _peer(g, src, group_src, fn, "src", any_ok=True)
-    req = g.comm.Irecv([x, datatype(x.dtype)], peer, _tag(tag, fn))
+    req = g.comm.Irecv([x, datatype(x.dtype)], peer, _tag(g, tag, fn))
     return Work([req], keep=x, result=[x], status=_mpi.MPI.Status(), source_ranks=g.ranks)

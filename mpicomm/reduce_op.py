@@ -67,7 +67,7 @@ class ReduceOp:
         ReduceOp.PREMUL_SUM(0.5)
     """
 
-    __slots__ = ("_ops", "factor", "name")
+    __slots__ = ("_ops", "_plain", "factor", "name")
 
     SUM: ClassVar[ReduceOp]
     PRODUCT: ClassVar[ReduceOp]
@@ -82,6 +82,8 @@ class ReduceOp:
     def __init__(self, name: str, factor: float | complex | None = None) -> None:
         self.name = name
         self.factor = factor
+        # a bare MPI reduction, with no local pre- or post-step (not AVG or PREMUL_SUM)
+        self._plain = name not in ("AVG", "PREMUL_SUM")
         # dtype -> (MPI datatype, MPI operator); read directly by all_reduce's fast path
         self._ops: dict[np.dtype[Any], tuple[Any, Any]] = {}
 
@@ -128,8 +130,9 @@ class ReduceOp:
             )
         if not dtype.isnative or dtype.char not in _REDUCIBLE:
             raise ReductionTypeError(
-                f"{fn}: op {self!r} on dtype {dtype}; MPI cannot reduce this dtype "
-                "(it can still be moved by broadcast, all_gather, all_to_all, send/recv)"
+                f"{fn}: op {self!r} on dtype {dtype}, which MPI cannot reduce; expected a native-endian "
+                "bool, integer, float32/64/128 or complex dtype (float16 and structured dtypes can "
+                "still be moved by broadcast, all_gather, all_to_all, send/recv)"
             )
         if dtype.kind not in _KINDS[self.name]:
             kinds = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
@@ -141,7 +144,7 @@ class ReduceOp:
             raise ReductionTypeError(
                 f"{fn}: op {self!r} on integer dtype {dtype}; expected an integer factor"
             )
-        if isinstance(self.factor, complex) and dtype.kind != "c":
+        if isinstance(self.factor, (complex, np.complexfloating)) and dtype.kind != "c":
             raise ReductionTypeError(f"{fn}: op {self!r} on real dtype {dtype}; expected a real factor")
         full, logical = _MPI_NAMES[self.name]
         return getattr(_mpi.MPI, logical if dtype.kind == "b" else full)

@@ -64,6 +64,7 @@ def check(
     agree: dict[str, Any],
     sends: Sequence[int] | None = None,
     recvs: Sequence[int] | None = None,
+    unit: str = "elements",
 ) -> None:
     """Gather a record of this call from every rank and raise on every rank if they disagree.
 
@@ -73,6 +74,7 @@ def check(
         agree: Fields that must be equal on every rank (op, dtype, count, root...).
         sends: Elements this rank sends to each group rank, if the call moves uneven data.
         recvs: Elements this rank expects from each group rank.
+        unit: What ``sends`` and ``recvs`` count, for the message.
 
     Raises:
         CrossRankMismatchError: the ranks disagree; the message is the same on every rank.
@@ -81,15 +83,17 @@ def check(
     records = comm.allgather(
         (fn, agree, None if sends is None else list(sends), None if recvs is None else list(recvs))
     )
-    message = _first_mismatch(records)
+    names = {r[0] for r in records}
+    if len(names) > 1:
+        # each rank is in a different function, so no function name can start a shared message
+        calls = _per_rank([r[0] for r in records])
+        raise CrossRankMismatchError(f"validation: ranks called different functions: {calls}")
+    message = _first_mismatch(records, unit)
     if message is not None:
         raise CrossRankMismatchError(f"{fn}: validation found ranks that disagree: {message}")
 
 
-def _first_mismatch(records: list[tuple[str, dict[str, Any], Any, Any]]) -> str | None:
-    names = [r[0] for r in records]
-    if len(set(names)) > 1:
-        return "they called different functions: " + _per_rank(names)
+def _first_mismatch(records: list[tuple[str, dict[str, Any], Any, Any]], unit: str) -> str | None:
     for key in records[0][1]:
         values = [r[1].get(key) for r in records]
         if any(v != values[0] for v in values):
@@ -103,8 +107,7 @@ def _first_mismatch(records: list[tuple[str, dict[str, Any], Any, Any]]) -> str 
             expected = recvs[dst][src]
             if count != expected:
                 return (
-                    f"rank {src} sends {count} elements to rank {dst}, "
-                    f"which expects {expected} from rank {src}"
+                    f"rank {src} sends {count} {unit} to rank {dst}, which expects {expected} from rank {src}"
                 )
     return None
 

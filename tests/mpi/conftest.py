@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Iterator
@@ -16,10 +17,54 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _pytest._io import TerminalWriter
 
 import mpicomm
 
 RANK = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+
+
+class _RankStderr(io.TextIOBase):
+    """stderr with every line prefixed by the rank, for what other ranks must still say."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        sys.stderr.write("".join(f"[rank {RANK}] {line}\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            sys.stderr.write(f"[rank {RANK}] {self._pending}\n")
+            self._pending = ""
+        sys.stderr.flush()
+
+
+class _QuietReporter:
+    """Stands in for pytest's terminal reporter on ranks other than 0.
+
+    The progress and the summary come from rank 0 only, but plugins that write to the terminal
+    directly (pytest-timeout's "Timeout" report and stack dump before it kills a deadlocked rank)
+    still reach stderr, prefixed with the rank.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._tw = TerminalWriter(_RankStderr())
+
+    def write_line(self, line: str, **markup: bool) -> None:
+        self._tw.line(line)
+
+    def write_sep(self, sep: str, title: str | None = None, **markup: bool) -> None:
+        self._tw.sep(sep, title)
+
+    def section(self, title: str, sep: str = "=", **markup: bool) -> None:
+        self._tw.sep(sep, title)
+
+    def write(self, content: str, **markup: bool) -> None:
+        self._tw.write(content)
 
 
 @pytest.hookimpl(trylast=True)
@@ -29,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             config.pluginmanager.unregister(reporter)
+            config.pluginmanager.register(_QuietReporter(config), "terminalreporter")
 
 
 class _Counts:
