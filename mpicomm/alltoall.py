@@ -201,7 +201,8 @@ def _splits(sizes: Sequence[int] | None, x: np.ndarray, size: int, fn: str, whic
     arg = f"{which}_split_sizes"
     if sizes is not None and not isinstance(sizes, (list, tuple, np.ndarray)):
         raise ArgumentTypeError(
-            f"{fn}: {arg} is {sizes!r}, a {type(sizes).__qualname__}; expected a list of {size} non-negative ints"
+            f"{fn}: {arg} is {sizes!r}, a {type(sizes).__qualname__}; "
+            f"expected a list of {size} non-negative ints"
         )
     if sizes is None or len(sizes) == 0:
         if rows % size:

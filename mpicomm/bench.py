@@ -68,33 +68,52 @@ def _data(count: int, rank: int, salt: int = 0) -> np.ndarray:
     return ((np.arange(count, dtype=np.int32) + salt) % 7 + rank + 1).astype(F32)
 
 
-def _empty(count: int) -> np.ndarray:
-    """A pre-faulted output array (zeros touches every page once, outside the timing)."""
-    return np.zeros(count, F32)
+class Buffers:
+    """The arrays of one build: fresh test data for the check, or zeros shared by both contenders.
 
+    Timing both contenders on the same memory matters: two separately allocated arrays gave the very
+    same raw ``Allreduce`` times 0.66x to 1.6x apart at 1-16 MiB (page and cache placement), far more
+    than the overhead measured here. Zeros keep in-place reductions finite however often they run.
+    """
 
-def _chunks(e: Env, c: int) -> list[np.ndarray]:
-    """One separately allocated input array per rank, as a user's list would be."""
-    return [_data(c, e.rank, salt=j) for j in range(e.n)]
+    def __init__(self, shared: bool) -> None:
+        self.shared = shared
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def take(self, key: str, count: int, fill: Callable[[], np.ndarray] | None = None) -> np.ndarray:
+        """The array named ``key``: shared zeros when timing, else ``fill()`` (or new zeros)."""
+        if not self.shared:
+            return fill() if fill is not None else np.zeros(count, F32)
+        a = self.arrays.get(key)
+        if a is None or a.size != count:
+            a = self.arrays[key] = np.zeros(count, F32)
+        return a
+
+    def chunks(self, e: Env, c: int) -> list[np.ndarray]:
+        """One separately allocated input array per rank, as a user's list would be."""
+        return [self.take(f"in{j}", c, partial(_data, c, e.rank, j)) for j in range(e.n)]
+
+    def joined(self, e: Env, c: int) -> np.ndarray:
+        """The same inputs as :meth:`chunks`, in one array."""
+        return self.take("in", e.n * c, lambda: np.concatenate(Buffers(False).chunks(e, c)))
 
 
 def _noop() -> None:
     return None
 
 
-# Builders: (env, float32 elements per rank, contender) -> the call and the arrays it writes.
-# Each contender gets buffers of its own, so that their outputs can be compared after the check.
+# Builders: (env, float32 elements per rank, contender, buffers) -> the call and the arrays it writes.
 
 
-def _all_reduce(e: Env, c: int, who: str) -> Contender:
-    x = _data(c, e.rank)
+def _all_reduce(e: Env, c: int, who: str, m: Buffers) -> Contender:
+    x = m.take("x", c, partial(_data, c, e.rank))
     if who == "mpicomm":
         return partial(mpicomm.all_reduce, x), [x]
     return partial(e.comm.Allreduce, _mpi.MPI.IN_PLACE, x), [x]
 
 
-def _reduce(e: Env, c: int, who: str) -> Contender:
-    x = _data(c, e.rank)
+def _reduce(e: Env, c: int, who: str, m: Buffers) -> Contender:
+    x = m.take("x", c, partial(_data, c, e.rank))
     if who == "mpicomm":
         return partial(mpicomm.reduce, x, dst=0), [x]
     if e.rank == 0:
@@ -102,32 +121,35 @@ def _reduce(e: Env, c: int, who: str) -> Contender:
     return partial(e.comm.Reduce, x, None, root=0), [x]
 
 
-def _broadcast(e: Env, c: int, who: str) -> Contender:
-    x = _data(c, 0) if e.rank == 0 else _empty(c)
+def _root_data(e: Env, c: int, m: Buffers) -> np.ndarray:
+    return m.take("x", c, partial(_data, c, 0) if e.rank == 0 else None)
+
+
+def _broadcast(e: Env, c: int, who: str, m: Buffers) -> Contender:
+    x = _root_data(e, c, m)
     if who == "mpicomm":
         return partial(mpicomm.broadcast, x, src=0), [x]
     return partial(e.comm.Bcast, x, root=0), [x]
 
 
-def _all_gather(e: Env, c: int, who: str) -> Contender:
-    x = _data(c, e.rank)
+def _all_gather(e: Env, c: int, who: str, m: Buffers) -> Contender:
+    x = m.take("x", c, partial(_data, c, e.rank))
     if who == "list":
-        outs = [_empty(c) for _ in range(e.n)]
+        outs = [m.take(f"out{j}", c) for j in range(e.n)]
         return partial(mpicomm.all_gather, outs, x), outs
-    out = _empty(e.n * c)
+    out = m.take("out", e.n * c)
     if who == "tensor":
         return partial(mpicomm.all_gather_into_tensor, out, x), [out]
     return partial(e.comm.Allgather, x, out), [out]
 
 
-def _reduce_scatter(e: Env, c: int, who: str) -> Contender:
-    out = _empty(c)
+def _reduce_scatter(e: Env, c: int, who: str, m: Buffers) -> Contender:
+    out = m.take("out", c)
     if who == "list":
-        return partial(mpicomm.reduce_scatter, out, _chunks(e, c)), [out]
-    inp = np.concatenate(_chunks(e, c))
+        return partial(mpicomm.reduce_scatter, out, m.chunks(e, c)), [out]
     if who == "tensor":
-        return partial(mpicomm.reduce_scatter_tensor, out, inp), [out]
-    return partial(e.comm.Reduce_scatter_block, inp, out), [out]
+        return partial(mpicomm.reduce_scatter_tensor, out, m.joined(e, c)), [out]
+    return partial(e.comm.Reduce_scatter_block, m.joined(e, c), out), [out]
 
 
 def split_counts(total: int, n: int) -> np.ndarray:
@@ -146,16 +168,18 @@ def split_counts(total: int, n: int) -> np.ndarray:
     return np.asarray(counts, dtype=np.int64)
 
 
-def _all_to_all(e: Env, c: int, who: str) -> Contender:
+def _all_to_all(e: Env, c: int, who: str, m: Buffers) -> Contender:
     counts = split_counts(c, e.n)
     sends, recvs = counts[e.rank].tolist(), counts[:, e.rank].tolist()
-    inp, out = _data(c, e.rank), _empty(sum(recvs))
+    inp = _data(c, e.rank)
+    if who == "list":
+        pieces = np.split(inp, np.cumsum(sends)[:-1])
+        ins = [m.take(f"in{j}", p.size, p.copy) for j, p in enumerate(pieces)]
+        outs = [m.take(f"out{j}", k) for j, k in enumerate(recvs)]
+        return partial(mpicomm.all_to_all, outs, ins), outs
+    inp, out = m.take("in", c, inp.copy), m.take("out", sum(recvs))
     if who == "single":
         return partial(mpicomm.all_to_all_single, out, inp, recvs, sends), [out]
-    if who == "list":
-        ins = [p.copy() for p in np.split(inp, np.cumsum(sends)[:-1])]
-        outs = [_empty(k) for k in recvs]
-        return partial(mpicomm.all_to_all, outs, ins), outs
     f = _mpi.MPI.FLOAT
     send, recv = [inp, (sends, _displs(sends)), f], [out, (recvs, _displs(recvs)), f]
     return partial(e.comm.Alltoallv, send, recv), [out]
@@ -165,30 +189,30 @@ def _displs(counts: list[int]) -> list[int]:
     return [0, *np.cumsum(counts)[:-1].tolist()]
 
 
-def _gather(e: Env, c: int, who: str) -> Contender:
-    x, root = _data(c, e.rank), e.rank == 0
+def _gather(e: Env, c: int, who: str, m: Buffers) -> Contender:
+    x, root = m.take("x", c, partial(_data, c, e.rank)), e.rank == 0
     if who == "mpicomm":
-        outs = [_empty(c) for _ in range(e.n)] if root else None
+        outs = [m.take(f"out{j}", c) for j in range(e.n)] if root else None
         return partial(mpicomm.gather, x, outs, dst=0), outs or []
-    out = _empty(e.n * c) if root else None
+    out = m.take("out", e.n * c) if root else None
     return partial(e.comm.Gather, x, out, root=0), [] if out is None else [out]
 
 
-def _scatter(e: Env, c: int, who: str) -> Contender:
-    out, root = _empty(c), e.rank == 0
+def _scatter(e: Env, c: int, who: str, m: Buffers) -> Contender:
+    out, root = m.take("out", c), e.rank == 0
     if who == "mpicomm":
-        return partial(mpicomm.scatter, out, _chunks(e, c) if root else None, src=0), [out]
-    inp = np.concatenate(_chunks(e, c)) if root else None
+        return partial(mpicomm.scatter, out, m.chunks(e, c) if root else None, src=0), [out]
+    inp = m.joined(e, c) if root else None
     return partial(e.comm.Scatter, inp, out, root=0), [out]
 
 
-def _barrier(e: Env, c: int, who: str) -> Contender:
+def _barrier(e: Env, c: int, who: str, m: Buffers) -> Contender:
     return partial(mpicomm.barrier if who == "mpicomm" else e.comm.Barrier), []
 
 
-def _send_recv(e: Env, c: int, who: str) -> Contender:
+def _send_recv(e: Env, c: int, who: str, m: Buffers) -> Contender:
     """One round trip between world ranks 0 and 1 per call; the other ranks idle."""
-    x = _data(c, 0) if e.rank == 0 else _empty(c)
+    x = _root_data(e, c, m)
     peer = 1 - e.rank
     send: Call
     recv: Call
@@ -219,7 +243,7 @@ BANDWIDTH: dict[str, tuple[Callable[[int], float], Callable[[int], float]]] = {
 class Spec:
     """One benchmarked comparison: contender ``a`` against ``b`` (described by ``baseline``)."""
 
-    build: Callable[[Env, int, str], Contender]
+    build: Callable[[Env, int, str, Buffers], Contender]
     a: str
     b: str
     baseline: str
@@ -256,6 +280,8 @@ OPS: dict[str, Spec] = {
     "reduce_scatter_list_vs_tensor": Spec(
         _reduce_scatter, "list", "tensor", "mpicomm.reduce_scatter_tensor", "gather"
     ),
+    # A/A: the same raw call against itself on the same memory; its ratio is the harness's noise floor.
+    "noise_floor": Spec(_all_reduce, "mpi4py", "mpi4py", "Allreduce(IN_PLACE) again (A/A)", "allreduce"),
 }
 
 
@@ -373,24 +399,20 @@ def calibrate(ctl: MPI.Intracomm, fn: Call, target: float) -> int:
 
 
 def check(ctl: MPI.Intracomm, a: Contender, b: Contender) -> bool:
-    """Run each contender once on the test data and compare outputs; the verdict is every rank's.
-
-    Afterwards the outputs are zeroed, so that in-place reductions stay finite while timed.
-    """
+    """Run each contender once on its own test data and compare outputs; the verdict is every rank's."""
     a[0]()
     b[0]()
     flat_a, flat_b = (np.concatenate([o.ravel() for o in x[1]] or [np.empty(0, F32)]) for x in (a, b))
     ok = bool(np.array_equal(flat_a, flat_b))
-    for o in (*a[1], *b[1]):
-        o.fill(0)
     return bool(ctl.allreduce(ok, op=_mpi.MPI.LAND))
 
 
 def measure(ctl: MPI.Intracomm, env: Env, name: str, size: int, args: argparse.Namespace) -> Point:
     """Check, warm up, calibrate and time one comparison at one size (rounds alternate A B / B A)."""
-    spec = OPS[name]
-    a, b = spec.build(env, size // 4, spec.a), spec.build(env, size // 4, spec.b)
-    ok = check(ctl, a, b)
+    spec, c = OPS[name], size // 4
+    ok = check(ctl, spec.build(env, c, spec.a, Buffers(False)), spec.build(env, c, spec.b, Buffers(False)))
+    shared = Buffers(True)
+    a, b = spec.build(env, c, spec.a, shared), spec.build(env, c, spec.b, shared)
     for fn in (a[0], b[0]):
         _timed(ctl, fn, 2)
     ka = args.iters or calibrate(ctl, a[0], args.sample_time)
@@ -463,7 +485,7 @@ def _ops(text: str) -> list[str]:
 SIZES_HELP = "comma-separated bytes per rank, binary units K, M, G (default 8,64,1K,4K,...,16M,64M)"
 #: The timing options: flag, type, default, metavar, help.
 OPTIONS = (
-    ("--rounds", int, 7, "R", "samples per contender (default 7)"),
+    ("--rounds", int, 8, "R", "samples per contender; even keeps A-first and B-first equal (default 8)"),
     ("--sample-time", float, 0.05, "S", "calibrate each sample to about S seconds (default 0.05)"),
     ("--iters", int, 0, "K", "fixed calls per sample instead of calibrating (default 0: calibrate)"),
     ("--gate", float, 0.3, "CORES", "before each sample wait until others use < CORES cores (0: off)"),
@@ -565,7 +587,7 @@ def table(points: list[Point]) -> str:
 def target(points: list[Point], text: str, op: str | None, size: int, limit: float) -> dict[str, Any]:
     """One target's verdict: the worst ratio among its points, and every point over the limit."""
     if op is None:
-        got = [p for p in points if p.b == "mpi4py" and p.size >= size]
+        got = [p for p in points if p.b == "mpi4py" and p.a != p.b and p.size >= size]
     else:
         got = [p for p in points if p.op == op and p.size == size]
     worst = max(got, key=lambda p: p.ratio, default=None)

@@ -235,6 +235,7 @@ def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
     """Translate a rank in ``group`` into its world rank.
 
     Raises:
+        ArgumentTypeError: ``group_rank`` is not an integer.
         ArgumentError: ``group_rank`` is out of range.
 
     Example:
@@ -243,7 +244,9 @@ def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
         0
     """
     g = resolve(group, "get_global_rank")
-    if not isinstance(group_rank, int) or not 0 <= group_rank < len(g.ranks):
+    if isinstance(group_rank, bool) or not isinstance(group_rank, (int, np.integer)):
+        raise ArgumentTypeError(f"get_global_rank: group_rank is {group_rank!r}; expected an int")
+    if not 0 <= group_rank < len(g.ranks):
         raise ArgumentError(
             f"get_global_rank: group_rank is {group_rank!r}; expected 0 <= group_rank < {len(g.ranks)}"
         )
@@ -378,8 +381,8 @@ def root_rank(group: ProcessGroup, global_rank: int | None, group_rank: int | No
             return 0
         if not isinstance(global_rank, (int, np.integer)) or isinstance(global_rank, bool):
             raise ArgumentTypeError(f"{fn}: {arg} is {global_rank!r}; expected an int world rank")
-        if group.size == len(group.ranks) and group.ranks[-1] == len(group.ranks) - 1:
-            group_rank = global_rank  # a group of all world ranks in order: no translation needed
+        if group is _State.world:
+            group_rank = global_rank  # world ranks are the world group's ranks: no translation
         else:
             if global_rank not in group._index:
                 raise ArgumentError(

@@ -10,6 +10,7 @@ working all_reduce and barrier).
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -1194,7 +1195,9 @@ REDUCERS: dict[str, Callable[[np.ndarray, Any, int], Any]] = {
     "reduce": lambda x, op, w: mpicomm.reduce(x, dst=0, op=op),
     "reduce_scatter": lambda x, op, w: mpicomm.reduce_scatter(x, [x.copy() for _ in range(w)], op=op),
     "reduce_scatter_tensor": lambda x, op, w: mpicomm.reduce_scatter_tensor(
-        x, np.concatenate([x] * w).astype(x.dtype), op=op  # concatenate makes byte order native
+        x,
+        np.concatenate([x] * w).astype(x.dtype),
+        op=op,  # concatenate makes byte order native
     ),
 }
 
@@ -1690,8 +1693,12 @@ def _pending_self_message(world: mpicomm.ProcessGroup, tag: int) -> Any:
 
 
 def _drain_self_message(world: mpicomm.ProcessGroup, req: Any, tag: int) -> None:
-    if world.comm.Iprobe(world.rank, tag):
-        world.comm.Recv([np.empty(2), MPI.DOUBLE], world.rank, tag)
+    """Receive the self message unless the library took it; it may take a moment to show up."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        if world.comm.Iprobe(world.rank, tag):
+            world.comm.Recv([np.empty(2), MPI.DOUBLE], world.rank, tag)
+            break
     req.Wait()
 
 
