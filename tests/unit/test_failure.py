@@ -48,7 +48,8 @@ class Job:
 def _environment(extra: dict[str, str] | None) -> dict[str, str]:
     # a clean launch: no variables of an enclosing MPI job, no validation or opt-out unless asked
     drop = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIEXEC_", "MPICOMM_", "PYTEST_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    keep = ("OMPI_ALLOW_RUN_AS_ROOT", "PRTE_MCA_rmaps_default_mapping_policy")  # Open MPI as root, 8 ranks
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) or k.startswith(keep)}
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
