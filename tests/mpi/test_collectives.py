@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from reference import OP_KINDS
 
 import mpicomm
 from mpicomm import ReduceOp
@@ -21,18 +22,6 @@ COMPLEXES = [np.complex64, np.complex128, np.clongdouble]
 REDUCIBLE = [np.bool_, *INTS, *FLOATS, *COMPLEXES]
 MOVABLE = [*REDUCIBLE, np.float16]
 
-# dtype kinds each operator is defined on (ReduceOp's documented table)
-OP_KINDS = {
-    "SUM": "biufc",
-    "PRODUCT": "biufc",
-    "MIN": "biuf",
-    "MAX": "biuf",
-    "BAND": "biu",
-    "BOR": "biu",
-    "BXOR": "biu",
-    "AVG": "iufc",
-    "PREMUL_SUM": "iufc",
-}
 FACTOR = {"i": 3, "u": 3, "f": 0.5, "c": 0.5 - 1j}
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from reference import OP_KINDS
 
 import mpicomm
 from mpicomm import ReduceOp
@@ -31,17 +32,6 @@ REDUCIBLE = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8", "c
 # what can be moved but not reduced: half floats, the other byte order, records
 MOVABLE = [*REDUCIBLE, "f2", ">i4", ">f8", "record"]
 RECORD = np.dtype([("a", "<i2"), ("b", "<f8")])
-OP_KINDS = {
-    "SUM": "biufc",
-    "PRODUCT": "biufc",
-    "MIN": "biuf",
-    "MAX": "biuf",
-    "BAND": "biu",
-    "BOR": "biu",
-    "BXOR": "biu",
-    "AVG": "iufc",
-    "PREMUL_SUM": "iufc",
-}
 UFUNCS = {
     "SUM": np.add,
     "PRODUCT": np.multiply,

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from reference import OP_KINDS
 
 import mpicomm
 from mpicomm import ArgumentTypeError, MpicommError, ReduceOp, ReductionTypeError
@@ -23,18 +24,7 @@ FLOATS = [np.single, np.double, np.longdouble, np.float32, np.float64]
 COMPLEX = [np.csingle, np.cdouble, np.clongdouble, np.complex64, np.complex128]
 ALL = BOOLS + INTS + UINTS + FLOATS + COMPLEX
 
-# the documented table: which dtype kinds each operator takes
-KINDS = {
-    "SUM": "biufc",
-    "PRODUCT": "biufc",
-    "MIN": "biuf",
-    "MAX": "biuf",
-    "BAND": "biu",
-    "BOR": "biu",
-    "BXOR": "biu",
-    "AVG": "iufc",
-    "PREMUL_SUM": "iufc",
-}
+KINDS = OP_KINDS
 
 
 @pytest.fixture(scope="module", autouse=True)
