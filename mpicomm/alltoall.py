@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -224,7 +225,4 @@ def _splits(sizes: Sequence[int] | None, x: np.ndarray, size: int, fn: str, whic
 def _counts(rows: list[int], row: int) -> tuple[list[int], list[int]]:
     """Element counts and displacements of consecutive pieces of ``rows[i]`` rows each."""
     counts = [r * row for r in rows]
-    displs = [0] * len(counts)
-    for i in range(1, len(counts)):
-        displs[i] = displs[i - 1] + counts[i - 1]
-    return counts, displs
+    return counts, [0, *itertools.accumulate(counts[:-1])]

