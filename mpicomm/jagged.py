@@ -25,8 +25,16 @@ from .work import Work, completed
 __all__ = ["JaggedResult", "KJTAllToAll", "KJTAllToAllAwaitable", "KeyedJaggedArray", "jagged_all_to_all"]
 
 # Per-destination int64 fields of the counts message.
-_ROWS, _VALUES, _STRIDE, _FLAGS, _DTYPES, _SPLITS = range(6)
-_HEADER = 6
+_ROWS, _VALUES, _STRIDE, _FLAGS, _DTYPES, _SPLITS, _TOTAL = range(7)
+_HEADER = 7
+
+
+class _Placement:
+    """Above this many values per rank (on average), MPI places the segments itself (no recat copy)."""
+
+    min_values = 16384
+
+
 _VBE, _WEIGHTED = 1, 2
 
 
@@ -347,7 +355,18 @@ class KJTAllToAll:
         header[:, _VALUES] = np.diff(np.asarray(kja.offset_per_key(), dtype=np.int64)[b])
         header[:, _STRIDE] = kja.stride()
         header[:, _FLAGS], header[:, _DTYPES], header[:, _SPLITS] = flags, fp, self._fp
+        header[:, _TOTAL] = kja.values().shape[0]
         got = _exchange_header(g, header, "KJTAllToAll")
+        # every rank sees every rank's total, so every rank takes the same path
+        if row_size(kja.values()) and int(got[:, _TOTAL].sum()) >= _Placement.min_values * g.size:
+            return self._start_in_place(kja, header, got, spk, flags)
+        return self._start_gather(kja, header, got, spk, flags)
+
+    def _start_gather(
+        self, kja: KeyedJaggedArray, header: np.ndarray, got: np.ndarray, spk: np.ndarray, flags: int
+    ) -> KJTAllToAllAwaitable:
+        """Small exchanges: Ialltoallv into (source, key) order, then one gather per array in wait()."""
+        g, b = self.group, self._bounds
         lens, vals, w = kja.lengths(), send_view(kja.values()), kja.weights()
         nl = self.splits[g.rank]
         recv = [np.empty(int(got[:, _ROWS].sum()), dtype=lens.dtype)]
@@ -373,6 +392,85 @@ class KJTAllToAll:
 
         work = Work(requests, keep=(kja, header, spk, recv), finish=finish)
         return KJTAllToAllAwaitable(work, out)
+
+    def _start_in_place(
+        self, kja: KeyedJaggedArray, header: np.ndarray, got: np.ndarray, spk: np.ndarray, flags: int
+    ) -> KJTAllToAllAwaitable:
+        """Large exchanges: MPI writes every (source, key) segment straight to its (key, source) place.
+
+        One more small Alltoallv brings the per-key counts; then one Ialltoallw per array, whose
+        receive datatype for each source is an indexed type listing where that source's segments
+        go. There is no recat copy at all.
+        """
+        g, b, me = self.group, self._bounds, self.group.rank
+        nl, vbe = self.splits[me], bool(flags & _VBE)
+        per_key = np.diff(np.asarray(kja.offset_per_key(), dtype=np.int64))
+        send = np.ascontiguousarray(np.stack([per_key, spk], axis=1) if vbe else per_key[:, None])
+        width = send.shape[1]
+        counts = np.empty((g.size, nl, width), dtype=np.int64)
+        _alltoallv(g, send, self.splits, counts, [nl] * g.size).Wait()
+        values_sk = counts[:, :, 0]
+        rows_sk = counts[:, :, 1] if vbe else np.repeat(got[:, _STRIDE][:, None], nl, axis=1)
+        lens, vals, w = send_view(kja.lengths()), send_view(kja.values()), kja.weights()
+        arrays = [(lens, header[:, _ROWS], rows_sk), (vals, header[:, _VALUES], values_sk)]
+        if w is not None:
+            arrays.append((send_view(w), header[:, _VALUES], values_sk))
+        recv, requests, types = [], [], []
+        for x, sent, seg in arrays:
+            out_x, request, made = _place(g, x, sent, seg, self._order)
+            recv.append(out_x)
+            requests.append(request)
+            types += made
+        out: list[KeyedJaggedArray] = []
+        keys = kja.keys()[b[me] : b[me + 1]]
+
+        def finish() -> None:
+            for t in types:
+                t.Free()
+            weights = recv[2] if w is not None else None
+            if not vbe:
+                stride = int(got[:, _STRIDE].sum())
+                out.append(KeyedJaggedArray._trusted(keys, recv[1], recv[0], weights, stride, None))
+                return
+            table = rows_sk.T[:, self._order]
+            stride = int(table.sum(axis=1).max()) if nl else 0
+            out.append(KeyedJaggedArray._trusted(keys, recv[1], recv[0], weights, stride, table.tolist()))
+
+        work = Work(requests, keep=(kja, header, counts, arrays, recv), finish=finish)
+        return KJTAllToAllAwaitable(work, out)
+
+
+def _place(
+    g: ProcessGroup, x: np.ndarray, sent: np.ndarray, seg: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray, Any, list[Any]]:
+    """Post an Ialltoallw of ``x`` whose segment (s, k) of ``seg[s, k]`` rows lands in (key, source) order.
+
+    Returns:
+        The output array, the request and the datatypes to free once it completes.
+    """
+    nl = seg.shape[1]
+    row, elem = row_size(x), datatype(x.dtype)
+    base = elem if row == 1 else elem.Create_contiguous(row).Commit()
+    made = [] if row == 1 else [base]
+    position = np.argsort(order)  # column of source s in the output order
+    ordered = seg[order, :].T  # (key, output column)
+    start = _exclusive_cumsum(ordered.reshape(-1))
+    displs = start[:-1].reshape(nl, seg.shape[0])[:, position].T  # (source, key)
+    out = np.empty((int(start[-1]), *x.shape[1:]), dtype=x.dtype)
+    if nl:
+        types = [
+            base.Create_indexed(seg[s].tolist(), displs[s].tolist()).Commit() for s in range(seg.shape[0])
+        ]
+        made += types
+        recv_counts = [1] * seg.shape[0]
+    else:
+        types, recv_counts = [base] * seg.shape[0], [0] * seg.shape[0]
+    send_bytes = _exclusive_cumsum(np.asarray(sent, dtype=np.int64))[:-1] * (row * x.itemsize)
+    request = g.internal.Ialltoallw(
+        [x, (np.asarray(sent).tolist(), send_bytes.tolist()), [base] * seg.shape[0]],
+        [out, (recv_counts, [0] * seg.shape[0]), types],
+    )
+    return out, request, made
 
 
 def _recat(
