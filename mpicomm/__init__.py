@@ -49,6 +49,8 @@ from .errors import (
     MpicommError,
     ReductionTypeError,
 )
+from .jagged import JaggedResult, KJTAllToAll, KJTAllToAllAwaitable, jagged_all_to_all
+from .keyed import KeyedJaggedArray
 from .p2p import irecv, isend, recv, send
 from .reduce_op import ReduceOp
 from .validation import is_validation_enabled, set_validation
@@ -62,6 +64,10 @@ __all__ = [
     "CommunicationError",
     "CrossRankMismatchError",
     "GroupError",
+    "JaggedResult",
+    "KJTAllToAll",
+    "KJTAllToAllAwaitable",
+    "KeyedJaggedArray",
     "MpicommError",
     "ProcessGroup",
     "ReduceOp",
@@ -87,6 +93,7 @@ __all__ = [
     "is_initialized",
     "is_validation_enabled",
     "isend",
+    "jagged_all_to_all",
     "new_group",
     "new_node_group",
     "recv",
