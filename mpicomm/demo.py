@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 import numpy as np
@@ -38,6 +38,7 @@ class Step:
     got: Data
     want: Data
     note: str = ""
+    detail: list[str] = field(default_factory=list)  # text lines shown after the table
 
 
 Case: TypeAlias = Callable[[int, int], Step]
@@ -173,6 +174,63 @@ def _barrier(r: int, w: int) -> Step:
     return Step(None, None, None)
 
 
+# KJTAllToAll: torchrec's docstring example on 2 ranks (keys A, B, C, splits [2, 1], 3 batch slots);
+# on other world sizes, every rank gets consecutive keys (some none) and the batch differs per rank.
+_SEED_LENGTHS = [[[1, 0, 2], [0, 1, 1], [1, 1, 0]], [[1, 1, 0], [0, 1, 2], [1, 1, 0]]]
+
+
+def _kjt_splits(w: int) -> list[int]:
+    """Keys per rank: [3] on 1 rank, [2, 1] on 2 (the seed example), else 2, 0, 1, 2, 0, 1, ..."""
+    return {1: [3], 2: [2, 1]}.get(w) or [(2, 0, 1)[d % 3] for d in range(w)]
+
+
+def _kjt_lengths(r: int, w: int) -> np.ndarray:
+    """Rank r's lengths, one row per key, one column per batch slot (the seed's on 2 ranks)."""
+    if w == 2:
+        return np.array(_SEED_LENGTHS[r])
+    keys, stride = sum(_kjt_splits(w)), 3 if w == 1 else 2 + r % 2
+    return (r + 2 * np.arange(keys)[:, None] + np.arange(stride)[None, :]) % 3
+
+
+def _kjt_input(r: int, w: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Rank r's keys, lengths (key by slot) and values: key k counts on from 100 (k + 1) over ranks."""
+    lens = [_kjt_lengths(q, w) for q in range(w)]
+    before = sum(x.sum(axis=1) for x in lens[:r]) if r else np.zeros(len(lens[0]), dtype=np.int64)
+    values = [100 * (k + 1) + before[k] + np.arange(n) for k, n in enumerate(lens[r].sum(axis=1))]
+    keys = [chr(ord("A") + k) for k in range(len(lens[r]))]
+    return keys, lens[r], np.concatenate(values)
+
+
+def _kjt_expected(r: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rank r's output by numpy: its keys, each with the slots of rank 0, then rank 1, ..."""
+    first = sum(_kjt_splits(w)[:r])
+    out_l, out_v = [], []
+    for k in range(first, first + _kjt_splits(w)[r]):
+        for q in range(w):
+            _, lens, vals = _kjt_input(q, w)
+            start = int(lens[:k].sum())
+            out_l.append(lens[k])
+            out_v.append(vals[start : start + int(lens[k].sum())])
+    empty = np.empty(0, dtype=np.int64)
+    return np.concatenate(out_l or [empty]), np.concatenate(out_v or [empty])
+
+
+def _kjt_table(kja: mpicomm.KeyedJaggedArray) -> list[str]:
+    """The KeyedJaggedArray's table without its heading line ("(no keys)" for none)."""
+    return repr(kja).splitlines()[1:] or ["(no keys)"]
+
+
+def _kjt(r: int, w: int) -> Step:
+    keys, lens, vals = _kjt_input(r, w)
+    kja = mpicomm.KeyedJaggedArray(keys, vals, lengths=lens.reshape(-1))
+    out = mpicomm.KJTAllToAll(_kjt_splits(w))(kja).wait()
+    want_l, want_v = _kjt_expected(r, w)
+    stride_ok = out.stride() == sum(_kjt_lengths(q, w).shape[1] for q in range(w))
+    got = [out.lengths(), out.values()] if stride_ok else None
+    detail = [*_kjt_table(kja), "->", *_kjt_table(out)]
+    return Step([lens.reshape(-1), vals], got, [want_l, want_v], detail=detail)
+
+
 CASES: list[tuple[str, Case]] = [
     ("all_reduce SUM", _all_reduce(ReduceOp.SUM, lambda a: a.sum(0))),
     ("all_reduce AVG", _all_reduce(ReduceOp.AVG, lambda a: a.mean(0))),
@@ -191,6 +249,7 @@ CASES: list[tuple[str, Case]] = [
     ("reduce PRODUCT dst=0", _reduce),
     ("irecv/send ring r-1 -> r", _ring),
     ("barrier", _barrier),
+    ("KJTAllToAll (keyed jagged)", _kjt),
 ]
 
 
@@ -268,19 +327,46 @@ def _table(names: Sequence[str], per_rank: list[list[list[object]]]) -> str:
     return "\n".join(f"{text}  {line[4]}".rstrip() for text, line in zip(padded, lines, strict=True))
 
 
+def _lines(x: object) -> list[object]:
+    return x if isinstance(x, list) else []
+
+
+def _details(names: Sequence[str], per_rank: list[list[list[object]]]) -> str:
+    """Each case's detail lines (before ``->`` after), ranks side by side, shown ranks as in the table."""
+    w = len(per_rank)
+    shown = list(range(w)) if w <= 4 else [0, 1, w - 1]
+    text = ""
+    for i, name in enumerate(names):
+        blocks = [[str(x) for x in _lines(per_rank[r][i][4])] for r in shown]
+        if not any(blocks):
+            continue
+        text += f"\n{name}: each rank's input, then its output\n"
+        for r, block in zip(shown, blocks, strict=True):
+            cut = block.index("->") if "->" in block else len(block)
+            before, after = block[:cut], block[cut + 1 :]
+            width = max(map(len, before), default=0)
+            for k in range(max(len(before), len(after))):
+                left = before[k] if k < len(before) else ""
+                right = after[k] if k < len(after) else ""
+                head = f"rank {r}" if k == 0 else ""
+                text += f"{head:<8}{left:<{width}}  {'->' if k == 0 else '  '}  {right}".rstrip() + "\n"
+    return text
+
+
 def run(cases: Sequence[tuple[str, Case]] = CASES) -> bool:
     """Run every case on every rank, print the table on rank 0, and return whether all ranks passed."""
     w, r = mpicomm.get_world_size(), mpicomm.get_rank()
     rows: list[list[object]] = []
     for _, case in cases:
         step = case(r, w)
-        rows.append([_fmt(step.sent), _fmt(step.got), _equal(step.got, step.want), step.note])
+        rows.append([_fmt(step.sent), _fmt(step.got), _equal(step.got, step.want), step.note, step.detail])
     per_rank = _gather_rows(rows)
     if per_rank is not None:
         validation = "on" if mpicomm.is_validation_enabled() else "off"
         ranks = "" if w <= 4 else f"; showing ranks 0, 1 and {w - 1}, ok covers them all"
         print(f"mpicomm {mpicomm.__version__} demo on {w} rank(s), validation {validation}{ranks}")
         print(_table([name for name, _ in cases], per_rank), flush=True)
+        print(_details([name for name, _ in cases], per_rank), end="", flush=True)
     failures = np.array([sum(not row[2] for row in rows)])
     mpicomm.all_reduce(failures)  # after rank 0 printed: a failing rank's exit may abort the job
     if per_rank is not None:
@@ -291,9 +377,10 @@ def run(cases: Sequence[tuple[str, Case]] = CASES) -> bool:
 _HELP = """\
 Run each mpicomm collective on small data and check every rank's result against numpy:
 all_reduce (SUM, AVG, MAX, PREMUL_SUM, BXOR, async), broadcast, all_gather, all_gather_into_tensor,
-reduce_scatter, reduce_scatter_tensor, all_to_all_single, gather, scatter, reduce, send/recv and
-barrier. Rank 0 prints one table: what each rank sent and got, and whether it matched. Runs on any
-number of ranks; beyond 4 it shows ranks 0, 1 and the last one, and checks them all."""
+reduce_scatter, reduce_scatter_tensor, all_to_all_single, gather, scatter, reduce, send/recv,
+barrier and KJTAllToAll. Rank 0 prints one table: what each rank sent and got, and whether it
+matched, then each rank's keyed jagged array before and after KJTAllToAll. Runs on any number of
+ranks; beyond 4 it shows ranks 0, 1 and the last one, and checks them all."""
 
 _EXAMPLES = """\
 examples:
