@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import traceback
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,9 @@ def _report_and_abort(
     sys.stderr.write(text)
     sys.stderr.write(f"[rank {rank}] mpicomm: uncaught exception, aborting the MPI job\n")
     sys.stderr.flush()
+    # The launcher forwards our stderr asynchronously and may drop what is still in the pipe when
+    # the abort tears the job down: give it a moment, so the traceback is never lost.
+    time.sleep(0.25)
     _mpi.MPI.COMM_WORLD.Abort(1)
     # MPI_Abort may return when called from a thread other than the main one (MPICH does): never
     # go back to the program, which would run on until the launcher kills it.
