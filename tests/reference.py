@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 # The documented table: the dtype kinds (b bool, i int, u uint, f float, c complex) each ReduceOp takes.
 OP_KINDS = {
     "SUM": "biufc",
@@ -13,4 +15,15 @@ OP_KINDS = {
     "BXOR": "biu",
     "AVG": "iufc",
     "PREMUL_SUM": "iufc",
+}
+
+# The numpy ufunc that computes each plain MPI reduction (AVG and PREMUL_SUM are sums around it).
+UFUNCS = {
+    "SUM": np.add,
+    "PRODUCT": np.multiply,
+    "MIN": np.minimum,
+    "MAX": np.maximum,
+    "BAND": np.bitwise_and,
+    "BOR": np.bitwise_or,
+    "BXOR": np.bitwise_xor,
 }

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from reference import OP_KINDS
+from reference import OP_KINDS, UFUNCS
 
 import mpicomm
 from mpicomm import ReduceOp
@@ -47,17 +47,8 @@ def make_op(name: str, dtype: Any) -> ReduceOp:
 def reference(name: str, data: np.ndarray, factor: Any = None) -> np.ndarray:
     """numpy's answer for reducing ``data`` over axis 0 (the ranks) in its own dtype."""
     dt, w = data.dtype, data.shape[0]
-    ufuncs = {
-        "SUM": np.add,
-        "PRODUCT": np.multiply,
-        "MIN": np.minimum,
-        "MAX": np.maximum,
-        "BAND": np.bitwise_and,
-        "BOR": np.bitwise_or,
-        "BXOR": np.bitwise_xor,
-    }
-    if name in ufuncs:
-        return ufuncs[name].reduce(data, axis=0, dtype=dt)
+    if name in UFUNCS:
+        return UFUNCS[name].reduce(data, axis=0, dtype=dt)
     if name == "PREMUL_SUM":
         return np.add.reduce(data * np.asarray(factor).astype(dt), axis=0, dtype=dt)
     total = np.add.reduce(data, axis=0, dtype=dt)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from reference import OP_KINDS
+from reference import OP_KINDS, UFUNCS
 
 import mpicomm
 from mpicomm import ReduceOp
@@ -32,15 +32,6 @@ REDUCIBLE = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8", "c
 # what can be moved but not reduced: half floats, the other byte order, records
 MOVABLE = [*REDUCIBLE, "f2", ">i4", ">f8", "record"]
 RECORD = np.dtype([("a", "<i2"), ("b", "<f8")])
-UFUNCS = {
-    "SUM": np.add,
-    "PRODUCT": np.multiply,
-    "MIN": np.minimum,
-    "MAX": np.maximum,
-    "BAND": np.bitwise_and,
-    "BOR": np.bitwise_or,
-    "BXOR": np.bitwise_xor,
-}
 
 shapes = st.lists(st.integers(0, 3), min_size=0, max_size=3).map(tuple)
 seeds = st.integers(0, 2**32 - 1)

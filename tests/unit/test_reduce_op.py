@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from reference import OP_KINDS
+from reference import OP_KINDS, UFUNCS
 
 import mpicomm
 from mpicomm import ArgumentTypeError, MpicommError, ReduceOp, ReductionTypeError
@@ -240,15 +240,9 @@ def _reference(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         }
         return logical[name](a, b)
     plain = {
-        "SUM": np.add,
+        **UFUNCS,
         "AVG": np.add,
         "PREMUL_SUM": np.add,
-        "PRODUCT": np.multiply,
-        "MIN": np.minimum,
-        "MAX": np.maximum,
-        "BAND": np.bitwise_and,
-        "BOR": np.bitwise_or,
-        "BXOR": np.bitwise_xor,
     }
     return plain[name](a, b).astype(a.dtype)
 
