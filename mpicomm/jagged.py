@@ -98,6 +98,14 @@ def _exchange_header(g: ProcessGroup, header: np.ndarray, fn: str) -> np.ndarray
     """Alltoall the per-destination counts; raise on every rank if the fingerprints disagree."""
     received = np.empty_like(header)
     g.internal.Alltoall([header, _mpi.MPI.INT64_T], [received, _mpi.MPI.INT64_T])
+    agreed = received[:, _FLAGS : _SPLITS + 1]  # the columns every rank must send alike
+    if (agreed != agreed[0]).any():
+        _disagree(received, fn)
+    return received
+
+
+def _disagree(received: np.ndarray, fn: str) -> None:
+    """Raise the mismatch error for the first column of ``received`` whose ranks disagree."""
     what = {_FLAGS: "weights or VBE", _DTYPES: "dtypes or value shapes", _SPLITS: "splits or stagger"}
     for column, name in what.items():
         col = received[:, column]
@@ -107,14 +115,15 @@ def _exchange_header(g: ProcessGroup, header: np.ndarray, fn: str) -> np.ndarray
                 f"{fn}: ranks disagree about {name}: rank 0 and rank {bad} differ; expected the same on "
                 "every rank (set MPICOMM_VALIDATE=1 to see the values)"
             )
-    return received
 
 
 def _alltoallv(g: ProcessGroup, send: np.ndarray, send_rows: Any, recv: np.ndarray, recv_rows: Any) -> Any:
     """Post one Ialltoallv of whole dim-0 rows (the counts are W-long lists: plain Python is fastest)."""
     row = row_size(send)
-    sc = [int(c) * row for c in send_rows]
-    rc = [int(c) * row for c in recv_rows]
+    sc = send_rows.tolist() if isinstance(send_rows, np.ndarray) else list(send_rows)
+    rc = recv_rows.tolist() if isinstance(recv_rows, np.ndarray) else list(recv_rows)
+    if row != 1:
+        sc, rc = [c * row for c in sc], [c * row for c in rc]
     sd = [0, *itertools.accumulate(sc[:-1])]
     rd = [0, *itertools.accumulate(rc[:-1])]
     dt = datatype(send.dtype)
@@ -310,6 +319,8 @@ class KJTAllToAll:
         self._order = np.array([x + n * y for x in range(n) for y in range(self.stagger)], dtype=np.int64)
         self._bounds = _exclusive_cumsum(np.asarray(self.splits, dtype=np.int64))
         self._fp = _fingerprint(self.splits, self.stagger)
+        self._templates: dict[tuple[int, int], np.ndarray] = {}
+        self._fingerprints: dict[tuple[Any, ...], int] = {}
 
     def __call__(self, kja: KeyedJaggedArray) -> KJTAllToAllAwaitable:
         """Start the exchange of ``kja``; the returned handle's ``wait()`` gives this rank's output.
@@ -327,14 +338,13 @@ class KJTAllToAll:
             )
         w = kja.weights()
         flags = (_VBE if kja.variable_stride_per_key() else 0) | (_WEIGHTED if w is not None else 0)
-        v = kja.values()
-        dtypes = (
-            str(kja.lengths().dtype),
-            v.dtype.str,
-            v.shape[1:],
-            None if w is None else (w.dtype.str, w.shape[1:]),
-        )
+        v, lens = kja.values(), kja.lengths()
+        key = (lens.dtype, v.dtype, v.shape[1:], None if w is None else (w.dtype, w.shape[1:]))
+        fp = self._fingerprints.get(key)
+        if fp is None:
+            fp = self._fingerprints[key] = _fingerprint(*self._dtypes(kja))
         if validation._Flag.on:
+            dtypes = self._dtypes(kja)
             agree = {"splits": self.splits, "stagger": self.stagger, "keys": kja.keys(), "dtypes": dtypes}
             validation.check(
                 g, fn, {**agree, "weighted": w is not None, "vbe": kja.variable_stride_per_key()}
@@ -347,26 +357,54 @@ class KJTAllToAll:
             )
         if g.size == 1:
             return KJTAllToAllAwaitable(completed(), [kja])
-        return self._start(kja, flags, _fingerprint(*dtypes))
+        return self._start(kja, flags, fp)
+
+    @staticmethod
+    def _dtypes(kja: KeyedJaggedArray) -> tuple[Any, ...]:
+        """What ranks must agree on about the arrays: dtypes and trailing shapes."""
+        v, w = kja.values(), kja.weights()
+        return (
+            str(kja.lengths().dtype),
+            v.dtype.str,
+            v.shape[1:],
+            None if w is None else (w.dtype.str, w.shape[1:]),
+        )
 
     def _start(self, kja: KeyedJaggedArray, flags: int, fp: int) -> KJTAllToAllAwaitable:
         g, b = self.group, self._bounds
-        spk = np.asarray(kja.stride_per_key(), dtype=np.int64)
-        rows = _exclusive_cumsum(spk)[b]
-        header = np.zeros((g.size, _HEADER), dtype=np.int64)
-        header[:, _ROWS] = np.diff(rows)
-        header[:, _VALUES] = np.diff(np.asarray(kja.offset_per_key(), dtype=np.int64)[b])
+        if flags & _VBE:
+            spk = np.asarray(kja.stride_per_key(), dtype=np.int64)
+            rows = _exclusive_cumsum(spk)[b]
+            bounds = np.asarray(kja.offset_per_key(), dtype=np.int64)[b]
+        else:
+            spk = None
+            rows = b * kja.stride()
+            bounds = kja.offsets()[rows]
+        header = self._template(flags, fp)
+        np.subtract(rows[1:], rows[:-1], out=header[:, _ROWS])
+        np.subtract(bounds[1:], bounds[:-1], out=header[:, _VALUES])
         header[:, _STRIDE] = kja.stride()
-        header[:, _FLAGS], header[:, _DTYPES], header[:, _SPLITS] = flags, fp, self._fp
         header[:, _TOTAL] = kja.values().shape[0]
         got = _exchange_header(g, header, "KJTAllToAll")
         # every rank sees every rank's total, so every rank takes the same path
         if row_size(kja.values()) and int(got[:, _TOTAL].sum()) >= _Placement.min_values * g.size:
+            if spk is None:
+                spk = np.full(len(kja.keys()), kja.stride(), dtype=np.int64)
             return self._start_in_place(kja, header, got, spk, flags)
         return self._start_gather(kja, header, got, spk, flags)
 
+    def _template(self, flags: int, fp: int) -> np.ndarray:
+        """A fresh header with the columns that are fixed for these flags and dtypes filled in."""
+        template = self._templates.get((flags, fp))
+        if template is None:
+            template = np.zeros((self.group.size, _HEADER), dtype=np.int64)
+            template[:, _FLAGS], template[:, _DTYPES], template[:, _SPLITS] = flags, fp, self._fp
+            self._templates[(flags, fp)] = template
+        fresh: np.ndarray = template.copy()
+        return fresh
+
     def _start_gather(
-        self, kja: KeyedJaggedArray, header: np.ndarray, got: np.ndarray, spk: np.ndarray, flags: int
+        self, kja: KeyedJaggedArray, header: np.ndarray, got: np.ndarray, spk: np.ndarray | None, flags: int
     ) -> KJTAllToAllAwaitable:
         """Small exchanges: Ialltoallv into (source, key) order, then one gather per array in wait()."""
         g, b = self.group, self._bounds
@@ -382,7 +420,7 @@ class KJTAllToAll:
             w = send_view(w)
             recv.append(np.empty((recv[1].shape[0], *w.shape[1:]), dtype=w.dtype))
             requests.append(_alltoallv(g, w, header[:, _VALUES], recv[2], got[:, _VALUES]))
-        if flags & _VBE:
+        if spk is not None:  # VBE
             recv.append(np.empty(nl * g.size, dtype=np.int64))
             requests.append(_alltoallv(g, spk, self.splits, recv[-1], [nl] * g.size))
         out: list[KeyedJaggedArray] = []
@@ -476,6 +514,34 @@ def _place(
     return out, request, made
 
 
+def _gather_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Indices that gather ``counts[i]`` items from ``starts[i]`` for each i in turn (counts >= 0)."""
+    if counts.size == 0:
+        return np.empty(0, dtype=np.int64)
+    ends = np.cumsum(counts, dtype=np.int64)
+    return np.repeat(starts - (ends - counts), counts) + np.arange(int(ends[-1]), dtype=np.int64)
+
+
+#: Row permutations of the recat, by (keys, segment rows, source order); None for the identity.
+_ROW_PERMS: dict[tuple[int, bytes, bytes], np.ndarray | None] = {}
+
+
+def _row_permutation(nk: int, seg: np.ndarray, order: np.ndarray) -> np.ndarray | None:
+    """Source rows in output order, for segments of ``seg[s, k]`` rows (cached: the layout repeats)."""
+    key = (nk, seg.tobytes(), order.tobytes())
+    if key in _ROW_PERMS:
+        return _ROW_PERMS[key]
+    flat = seg.reshape(-1)
+    perm = (order[None, :] * nk + np.arange(nk)[:, None]).reshape(-1)
+    rows: np.ndarray | None = None
+    if nk and not np.array_equal(perm, np.arange(perm.size)):
+        rows = _segment_index(_exclusive_cumsum(flat)[:-1][perm], flat[perm])
+    if len(_ROW_PERMS) >= 256:
+        _ROW_PERMS.clear()
+    _ROW_PERMS[key] = rows
+    return rows
+
+
 def _recat(
     keys: list[str],
     lengths: np.ndarray,
@@ -488,18 +554,16 @@ def _recat(
     """Reorder the received ``(source, key)`` segments into ``(key, source)`` order with one gather each.
 
     ``strides[s, k]`` (VBE) or ``stride_per_rank[s]`` is the number of batch slots of segment (s, k).
+    The row permutation depends only on that layout, which repeats from call to call, so it is
+    cached; the values follow their rows through one gather index built from the lengths.
     """
     nk = len(keys)
     seg = strides if strides is not None else np.repeat(stride_per_rank[:, None], nk, axis=1)
-    flat = seg.reshape(-1)
-    starts = _exclusive_cumsum(flat)
-    perm = (order[None, :] * nk + np.arange(nk)[:, None]).reshape(-1)
-    if nk and not np.array_equal(perm, np.arange(perm.size)):
-        cum = _exclusive_cumsum(lengths)
-        vstart = cum[starts[:-1]]
-        vcount = cum[starts[1:]] - vstart
-        vidx = _segment_index(vstart[perm], vcount[perm])
-        lengths = lengths[_segment_index(starts[:-1][perm], flat[perm])]
+    rows = _row_permutation(nk, seg, order)
+    if rows is not None:
+        starts = _exclusive_cumsum(lengths)[rows]
+        lengths = lengths[rows]
+        vidx = _gather_index(starts, lengths)
         values = values[vidx]
         weights = None if weights is None else weights[vidx]
     if strides is None:
