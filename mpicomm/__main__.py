@@ -10,7 +10,7 @@ __all__ = ["main"]
 
 _EPILOG = """\
 examples:
-  python -m mpicomm info                   versions, MPI library, large counts, thread level
+  python -m mpicomm info                   versions, MPI library, large counts, thread level, GPU support
   mpirun -n 2 python -m mpicomm info       the same as a job sees it (world size 2)
   mpirun -n 8 python -m mpi4py -m mpicomm demo
                                            every collective on 8 ranks, checked against numpy"""
@@ -25,7 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser(
-        "info", help="print the versions, the MPI library, large-count support, world size and thread level"
+        "info",
+        help="print the versions, the MPI library, large counts, world size, thread level, CUDA-awareness, "
+        "cupy and GPUs",
     )
     commands.add_parser(
         "demo", help="run every collective on small data and check it (options: demo --help)", add_help=False

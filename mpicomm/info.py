@@ -1,19 +1,22 @@
 """``python -m mpicomm info``: the versions and MPI features this installation runs with.
 
 Run it where jobs run (``mpirun -n 2 python -m mpicomm info``) to see which MPI library mpi4py
-loaded, whether it has MPI-4 large counts and which thread level MPI granted; only rank 0 prints.
+loaded, whether it has MPI-4 large counts, which thread level MPI granted, whether it takes CUDA device
+buffers (and why mpicomm thinks so), cupy and the visible GPUs; only rank 0 prints.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from . import __version__, _mpi, buffers
+from . import __version__, _mpi, buffers, cuda_aware, staging
 from .comm import get_rank, get_world_size, init
+from .errors import MpicommError
 
 __all__ = ["collect", "main"]
 
@@ -68,8 +71,66 @@ def _mpi_lines() -> list[tuple[str, str]]:
 
 
 def _gpu_lines() -> list[tuple[str, str]]:
-    """GPU support: cupy and CUDA-aware MPI. None yet; the GPU work adds its lines here."""
-    return []
+    """GPU support: the CUDA-awareness decision, cupy, the visible devices and the staging chunk size."""
+    raw = os.environ.get(cuda_aware.ENV_VAR, "")
+    mode = f"{cuda_aware.ENV_VAR}={raw}" if raw.strip() else f"{cuda_aware.ENV_VAR} unset, so auto"
+    try:
+        decision = cuda_aware.cuda_awareness()
+    except MpicommError as exc:
+        aware, path = f"error: {exc}", "unknown (see the line above)"
+    else:
+        aware = f"{'yes' if decision.aware else 'no'} ({decision.reason})"
+        how = (
+            "device buffers go to MPI as they are"
+            if decision.aware
+            else "device data goes through host buffers"
+        )
+        path = f"{decision.path}: {how} ({mode})"
+    cupy_line, devices = _cupy_lines()
+    try:
+        size = staging.chunk_bytes()
+    except MpicommError as exc:
+        chunk = f"error: {exc}"
+    else:
+        shown = os.environ.get(staging.CHUNK_ENV_VAR, "").strip()
+        origin = (
+            f"{staging.CHUNK_ENV_VAR}={shown}" if shown else f"{staging.CHUNK_ENV_VAR} unset, so the default"
+        )
+        chunk = f"{_format_bytes(size)}, {origin}"
+    return [
+        ("CUDA-aware MPI", aware),
+        ("GPU data path", path),
+        ("cupy", cupy_line),
+        ("CUDA devices", devices),
+        ("staging chunk", chunk),
+    ]
+
+
+def _cupy_lines() -> tuple[str, str]:
+    """The version of cupy and the visible device count, or why they are not known."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    shown = "unset" if visible is None else repr(visible)
+    try:
+        import cupy
+    except ImportError:
+        return "not installed (pip install mpicomm[cuda12] or [cuda13])", (
+            f"unknown without cupy (CUDA_VISIBLE_DEVICES is {shown})"
+        )
+    except Exception as exc:  # a broken CUDA installation can fail the import in many ways
+        return f"import failed: {type(exc).__name__}: {exc}", "unknown (cupy does not import)"
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # cupy's CUDARuntimeError where there is no driver or device
+        return str(cupy.__version__), f"none usable ({exc}; CUDA_VISIBLE_DEVICES is {shown})"
+    return str(cupy.__version__), f"{count} visible (CUDA_VISIBLE_DEVICES is {shown})"
+
+
+def _format_bytes(n: int) -> str:
+    """``4 MiB (4194304 bytes)`` for whole binary units, else ``1000 bytes``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n % size == 0:
+            return f"{n // size} {unit} = {n} bytes"
+    return f"{n} bytes"
 
 
 def _abi_variant() -> str:
@@ -79,13 +140,8 @@ def _abi_variant() -> str:
 
 
 def _loaded_libmpi() -> str:
-    """The path of the libmpi this process mapped, read from ``/proc/self/maps`` (Linux only)."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return "unknown (no /proc/self/maps)"
-    paths = {line.split()[-1] for line in maps.splitlines() if "/libmpi" in line}
-    return ", ".join(sorted(paths)) or "unknown"
+    """The paths of the libmpi this process mapped, read from ``/proc/self/maps`` (Linux only)."""
+    return ", ".join(cuda_aware.loaded_libmpi_paths()) or "unknown (no /proc/self/maps or no libmpi mapped)"
 
 
 def main() -> int:
