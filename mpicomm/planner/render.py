@@ -1,0 +1,120 @@
+"""Render the Slurm batch script that runs a command on a rank layout (a pure function of its inputs)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+
+from ..errors import ArgumentError, ArgumentTypeError
+from .layout import RankLayout
+
+__all__ = ["render_sbatch"]
+
+_FN = "render_sbatch"
+_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+_PLAIN = re.compile(r"^[A-Za-z0-9_.%@+=:,/-]+$")
+
+
+def _plain(arg: str, value: object, pattern: re.Pattern[str] = _PLAIN) -> str:
+    """A value that goes into an ``#SBATCH`` line unquoted: no spaces, quotes or newlines."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{_FN}: {arg} is {type(value).__name__}; expected a string")
+    if not pattern.match(value):
+        raise ArgumentError(
+            f"{_FN}: {arg} is {value!r}; expected letters, digits and _.%@+=:,/- only "
+            "(it goes into an #SBATCH line)"
+        )
+    return value
+
+
+def render_sbatch(
+    layout: RankLayout,
+    command: Sequence[str],
+    *,
+    job_name: str,
+    time: str = "00:10:00",
+    output: str = "%x-%j.out",
+    account: str | None = None,
+    partition: str | None = None,
+    mpi: str = "pmi2",
+    header: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """The text of a batch script that runs ``command`` on every rank of ``layout`` with ``srun``.
+
+    The launch line is ``srun --mpi="${MPICOMM_SRUN_MPI:-<mpi>}" "${MPICOMM_PYTHON:-python3}" -m mpi4py
+    <command...>``, so the MPI plugin and the interpreter can be changed at submit time without editing the
+    script; ``-m mpi4py`` makes one rank's uncaught exception end the whole job. The script's exit code is
+    srun's: non-zero when any rank fails. The script is meant to be submitted from the repository root.
+
+    Args:
+        layout: the rank layout (nodes, tasks per node, GPUs per node, CPUs per task, distribution).
+        command: the arguments after the interpreter, e.g. ``["-m", "mpicomm.demo"]``.
+        job_name: ``#SBATCH --job-name``.
+        time: the time limit, ``[D-]HH:MM:SS``.
+        output: ``#SBATCH --output`` (``%x`` is the job name, ``%j`` the job id).
+        account: ``#SBATCH --account``; default the ``MPICOMM_ACCOUNT`` environment variable, else none.
+        partition: ``#SBATCH --partition``; default ``MPICOMM_PARTITION``, else none.
+        mpi: the default ``srun --mpi`` plugin: ``pmi2`` for MPICH, ``pmix`` for Open MPI.
+        header: comment lines put under the ``#!`` line (without the ``#``), e.g. how to regenerate.
+        environ: where ``MPICOMM_ACCOUNT``/``MPICOMM_PARTITION`` are read; default ``os.environ``.
+
+    Returns:
+        The script, ending in a newline.
+
+    Raises:
+        ArgumentTypeError: a non-string where a string is expected, or ``layout`` is not a RankLayout.
+        ArgumentError: an empty command, a malformed time, a value with spaces or quotes.
+
+    Example:
+        >>> from mpicomm.planner import JobShape, RankLayout
+        >>> text = render_sbatch(RankLayout.from_shape(JobShape(nodes=2, ntasks_per_node=4)),
+        ...                      ["-m", "mpicomm.demo"], job_name="demo", environ={})
+        >>> print(text.splitlines()[-1])
+        srun --mpi="${MPICOMM_SRUN_MPI:-pmi2}" "${MPICOMM_PYTHON:-python3}" -m mpi4py -m mpicomm.demo
+    """
+    if not isinstance(layout, RankLayout):
+        raise ArgumentTypeError(f"{_FN}: layout is {type(layout).__name__}; expected a RankLayout")
+    if isinstance(command, str) or not isinstance(command, Sequence) or not command:
+        raise ArgumentError(f"{_FN}: command is {command!r}; expected a non-empty list of arguments")
+    if not all(isinstance(a, str) for a in command):
+        raise ArgumentTypeError(f"{_FN}: command is {command!r}; expected strings only")
+    env = os.environ if environ is None else environ
+    account = account if account is not None else env.get("MPICOMM_ACCOUNT") or None
+    partition = partition if partition is not None else env.get("MPICOMM_PARTITION") or None
+    shape = layout.shape
+    sb = [
+        f"--job-name={_plain('job_name', job_name)}",
+        f"--nodes={shape.nodes}",
+        f"--ntasks-per-node={shape.ntasks_per_node}",
+        f"--cpus-per-task={shape.cpus_per_task}",
+    ]
+    if shape.gpus_per_node:
+        sb.append(f"--gpus-per-node={shape.gpus_per_node}")
+    sb.append(f"--distribution={shape.distribution}")
+    if layout.named:
+        sb.append(f"--nodelist={','.join(_plain('node_names', n) for n in layout.node_names)}")
+    sb.append(f"--time={_plain('time', time, _TIME)}")
+    sb.append(f"--output={_plain('output', output)}")
+    if account:
+        sb.append(f"--account={_plain('account', account)}")
+    if partition:
+        sb.append(f"--partition={_plain('partition', partition)}")
+    lines = ["#!/bin/bash"]
+    for line in header:
+        if "\n" in line:
+            raise ArgumentError(f"{_FN}: header line {line!r} has a newline; expected one line per item")
+        lines.append(f"# {line}".rstrip())
+    lines += [f"#SBATCH {s}" for s in sb]
+    plugin = _plain("mpi", mpi)
+    lines += [
+        "# srun's MPI plugin comes from MPICOMM_SRUN_MPI (pmi2 suits MPICH, pmix Open MPI), the interpreter",
+        "# from MPICOMM_PYTHON. The exit code is srun's: non-zero when any rank fails.",
+        "set -euo pipefail",
+        f"export OMP_NUM_THREADS={shape.cpus_per_task}",
+        f'srun --mpi="${{MPICOMM_SRUN_MPI:-{plugin}}}" "${{MPICOMM_PYTHON:-python3}}" -m mpi4py '
+        + " ".join(shlex.quote(a) for a in command),
+    ]
+    return "\n".join(lines) + "\n"
