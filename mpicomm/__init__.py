@@ -51,7 +51,16 @@ from .errors import (
 )
 from .jagged import JaggedResult, KJTAllToAll, KJTAllToAllAwaitable, jagged_all_to_all
 from .keyed import KeyedJaggedArray
+from .object_p2p import recv_object_list, send_object_list
+from .objects import all_gather_object, broadcast_object_list, gather_object, scatter_object_list
 from .p2p import irecv, isend, recv, send
+from .pickling import (
+    ObjectCollectiveError,
+    UnpicklingRefusedError,
+    allow_unpickle,
+    is_safe_unpickling,
+    set_safe_unpickling,
+)
 from .reduce_op import ReduceOp
 from .validation import is_validation_enabled, set_validation
 from .work import Work
@@ -69,21 +78,27 @@ __all__ = [
     "KJTAllToAllAwaitable",
     "KeyedJaggedArray",
     "MpicommError",
+    "ObjectCollectiveError",
     "ProcessGroup",
     "ReduceOp",
     "ReductionTypeError",
+    "UnpicklingRefusedError",
     "Work",
     "__version__",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_object",
     "all_gather_single",
     "all_reduce",
     "all_to_all",
     "all_to_all_single",
+    "allow_unpickle",
     "barrier",
     "broadcast",
+    "broadcast_object_list",
     "destroy_process_group",
     "gather",
+    "gather_object",
     "get_global_rank",
     "get_group_rank",
     "get_rank",
@@ -91,17 +106,22 @@ __all__ = [
     "init",
     "irecv",
     "is_initialized",
+    "is_safe_unpickling",
     "is_validation_enabled",
     "isend",
     "jagged_all_to_all",
     "new_group",
     "new_node_group",
     "recv",
+    "recv_object_list",
     "reduce",
     "reduce_scatter",
     "reduce_scatter_single",
     "reduce_scatter_tensor",
     "scatter",
+    "scatter_object_list",
     "send",
+    "send_object_list",
+    "set_safe_unpickling",
     "set_validation",
 ]

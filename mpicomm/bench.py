@@ -513,7 +513,10 @@ OPS: dict[str, Spec] = {
 
 
 #: Measurements that are not one A/B comparison per size, run after the sweep when named in --ops.
-REPORTS = {"jagged_realistic": "KJTAllToAll, realistic shape: counts / values / recat split"}
+REPORTS = {
+    "jagged_realistic": "KJTAllToAll, realistic shape: counts / values / recat split",
+    "objects": "object collectives vs comm.bcast / pkl5 (mpicomm.bench_objects)",
+}
 
 
 @dataclass
@@ -906,6 +909,10 @@ def report(
     print("\n" + table(points) + "\n\n" + target_lines(goals), flush=True)
     if "jagged_realistic" in extra:
         print("\n" + realistic_lines(extra["jagged_realistic"]), flush=True)
+    if "objects" in extra:
+        from .bench_objects import objects_lines
+
+        print("\n" + objects_lines(extra["objects"]), flush=True)
     if args.json:
         settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
         doc = {
@@ -923,8 +930,15 @@ def report(
         print(f"wrote {args.plot}")
 
 
+def _objects(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[str, Any]:
+    from .bench_objects import objects_report  # imported here: bench_objects imports this module
+
+    return objects_report(ctl, e, args)
+
+
 REPORT_RUNS: dict[str, Callable[[MPI.Intracomm, Env, argparse.Namespace], dict[str, Any]]] = {
     "jagged_realistic": jagged_realistic,
+    "objects": _objects,
 }
 
 

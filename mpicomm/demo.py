@@ -231,6 +231,43 @@ def _kjt(r: int, w: int) -> Step:
     return Step([lens.reshape(-1), vals], got, [want_l, want_v], detail=detail)
 
 
+#: The configuration rank 0 broadcasts in the object cases.
+_CONFIG = {"name": "demo", "lr": 0.01, "steps": 100, "layers": [64, 32]}
+
+
+def _config_numbers(config: object) -> np.ndarray | None:
+    """The numbers of a configuration dict, to check it like the arrays of the other cases."""
+    if not isinstance(config, dict):
+        return None
+    return np.array([config["lr"], config["steps"], *config["layers"]], dtype=float)
+
+
+def _broadcast_object_list(r: int, w: int) -> Step:
+    objs: list[object] = [dict(_CONFIG)] if r == 0 else [None]
+    before = repr(objs)
+    mpicomm.broadcast_object_list(objs, src=0)
+    want = _config_numbers(_CONFIG)
+    return Step(want if r == 0 else None, _config_numbers(objs[0]), want, detail=[before, "->", repr(objs)])
+
+
+def _summary(r: int) -> dict[str, object]:
+    """Rank r's summary: what it holds after the reductions above."""
+    x = _pair(r)
+    return {"rank": r, "sum": float(x.sum()), "max": float(x.max())}
+
+
+def _gather_object(r: int, w: int) -> Step:
+    out: list[object] | None = [None] * w if r == 0 else None
+    mine = _summary(r)
+    mpicomm.gather_object(mine, out, dst=0)
+    own = np.array([mine["sum"]], dtype=float)
+    if out is None:
+        return Step(own, None, None, detail=[repr(mine), "->", "-"])
+    got = np.array([o["sum"] if isinstance(o, dict) else np.nan for o in out], dtype=float)
+    want = np.array([_summary(q)["sum"] for q in range(w)], dtype=float)
+    return Step(own, got, want, detail=[repr(mine), "->", *map(repr, out)])
+
+
 CASES: list[tuple[str, Case]] = [
     ("all_reduce SUM", _all_reduce(ReduceOp.SUM, lambda a: a.sum(0))),
     ("all_reduce AVG", _all_reduce(ReduceOp.AVG, lambda a: a.mean(0))),
@@ -250,6 +287,8 @@ CASES: list[tuple[str, Case]] = [
     ("irecv/send ring r-1 -> r", _ring),
     ("barrier", _barrier),
     ("KJTAllToAll (keyed jagged)", _kjt),
+    ("broadcast_object_list (config)", _broadcast_object_list),
+    ("gather_object dst=0 (summaries)", _gather_object),
 ]
 
 
@@ -378,8 +417,10 @@ _HELP = """\
 Run each mpicomm collective on small data and check every rank's result against numpy:
 all_reduce (SUM, AVG, MAX, PREMUL_SUM, BXOR, async), broadcast, all_gather, all_gather_into_tensor,
 reduce_scatter, reduce_scatter_tensor, all_to_all_single, gather, scatter, reduce, send/recv,
-barrier and KJTAllToAll. Rank 0 prints one table: what each rank sent and got, and whether it
-matched, then each rank's keyed jagged array before and after KJTAllToAll. Runs on any number of
+barrier, KJTAllToAll, broadcast_object_list (a configuration dict from rank 0) and gather_object
+(per-rank summaries to rank 0). Rank 0 prints one table: what each rank sent and got, and whether it
+matched, then each rank's keyed jagged array before and after KJTAllToAll, the configuration every
+rank received and the summaries rank 0 gathered. Runs on any number of
 ranks; beyond 4 it shows ranks 0, 1 and the last one, and checks them all."""
 
 _EXAMPLES = """\

@@ -28,6 +28,7 @@ def test_demo_without_a_launcher_checks_every_result() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "all checks passed" in done.stdout
     assert "all_to_all_single" in done.stdout and "KJTAllToAll" in done.stdout
+    assert "broadcast_object_list (config)" in done.stdout and "gather_object" in done.stdout
 
 
 @pytest.mark.parametrize("ranks", [3, 8])
@@ -37,3 +38,7 @@ def test_demo_under_mpiexec_checks_every_result(ranks: int) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("all checks passed") == 1  # one table, from rank 0
     assert f"on {ranks} rank" in done.stdout
+    # rank 0 prints the configuration every shown rank received and the summaries it gathered
+    assert done.stdout.count("'layers': [64, 32]") == (ranks if ranks <= 4 else 3) + 1
+    for r in range(ranks):
+        assert f"{{'rank': {r}, 'sum': {3.0 * (r + 1)}, 'max': {2.0 * (r + 1)}}}" in done.stdout

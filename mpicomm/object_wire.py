@@ -1,0 +1,217 @@
+"""How the object collectives move bytes: chunked messages, v-collectives with a large-size fallback.
+
+Every message is cut into pieces of at most :data:`CHUNK` bytes, so objects and payloads over 2 GiB
+work on MPI libraries without MPI-4 large counts (Open MPI 5.0) as well as on those with them. The
+v-collectives (``Allgatherv``, ``Gatherv``, ``Scatterv``) take ``int`` displacements there, so a
+call whose receive buffer would pass 2 GiB moves each rank's part with chunked broadcasts or
+point-to-point messages instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _mpi
+from .pickling import KINDS
+
+if TYPE_CHECKING:
+    from .comm import ProcessGroup
+
+__all__ = [
+    "CHUNK",
+    "agree",
+    "allgatherv",
+    "as_bytes",
+    "bcast_bytes",
+    "gatherv",
+    "offsets",
+    "recv_envelope",
+    "scatterv",
+    "send_envelope",
+]
+
+#: The largest single MPI message the object collectives send, in bytes.
+CHUNK = 1 << 30
+#: Counts and displacements of the v-collectives must stay below this many bytes.
+INT_MAX = 2**31 - 1
+#: Tag of the object collectives' point-to-point messages on a group's internal communicator.
+TAG = 20290
+U8 = np.uint8
+I8 = np.int64
+#: Bytes of the first message of a broadcast: the header (sizes) and, when they fit, the pickles.
+ENVELOPE = 8192
+
+
+def as_bytes(data: Any) -> np.ndarray:
+    """A flat uint8 view of a bytes-like object or array, without copying."""
+    if isinstance(data, np.ndarray):
+        return data.reshape(-1).view(U8)
+    return np.frombuffer(data, U8)
+
+
+def offsets(counts: Sequence[int]) -> list[int]:
+    """Where each of ``counts`` starts in their concatenation."""
+    out = [0] * len(counts)
+    total = 0
+    for i, c in enumerate(counts):
+        out[i] = total
+        total += int(c)
+    return out
+
+
+def pieces(buf: np.ndarray) -> list[np.ndarray]:
+    """``buf`` cut into messages of at most CHUNK bytes."""
+    return [buf[i : i + CHUNK] for i in range(0, buf.size, CHUNK)]
+
+
+def bcast_bytes(comm: Any, buf: np.ndarray, root: int) -> None:
+    """Broadcast a flat uint8 buffer of a size every rank knows, in pieces of at most CHUNK bytes."""
+    byte = _mpi.MPI.BYTE
+    for piece in pieces(buf):
+        comm.Bcast([piece, byte], root)
+
+
+def send_bytes(comm: Any, buf: np.ndarray, dst: int, tag: int = TAG) -> None:
+    """Send a flat uint8 buffer in pieces (the receiver knows its size)."""
+    byte = _mpi.MPI.BYTE
+    for piece in pieces(buf):
+        comm.Send([piece, byte], dst, tag)
+
+
+def recv_bytes(comm: Any, buf: np.ndarray, src: int, tag: int = TAG) -> None:
+    """Receive what :func:`send_bytes` sent into ``buf``."""
+    byte = _mpi.MPI.BYTE
+    for piece in pieces(buf):
+        comm.Recv([piece, byte], src, tag)
+
+
+def send_envelope(comm: Any, header: np.ndarray, stream: np.ndarray, root: int) -> None:
+    """The source's side: header and stream, the first ENVELOPE bytes in one message."""
+    hb = header.view(U8)
+    env = np.empty(ENVELOPE, U8)
+    k = min(hb.size, ENVELOPE)
+    env[:k] = hb[:k]
+    inline = min(stream.size, ENVELOPE - k) if hb.size <= ENVELOPE else 0
+    env[k : k + inline] = stream[:inline]
+    comm.Bcast([env, _mpi.MPI.BYTE], root)
+    if hb.size > ENVELOPE:
+        bcast_bytes(comm, hb[ENVELOPE:], root)
+    if stream.size > inline:
+        bcast_bytes(comm, stream[inline:], root)
+
+
+def recv_envelope(comm: Any, root: int) -> tuple[np.ndarray, np.ndarray]:
+    """A receiver's side of :func:`send_envelope`: the header words and the stream."""
+    env = np.empty(ENVELOPE, U8)
+    comm.Bcast([env, _mpi.MPI.BYTE], root)
+    _, n, slen, nbufs = (int(v) for v in env[:32].view(I8))
+    hlen = 8 * (4 + n + nbufs)
+    if hlen <= ENVELOPE:
+        header = env[:hlen].view(I8)
+        inline = min(slen, ENVELOPE - hlen)
+    else:
+        hb = np.empty(hlen, U8)
+        hb[:ENVELOPE] = env
+        bcast_bytes(comm, hb[ENVELOPE:], root)
+        header, inline = hb.view(I8), 0
+    if slen <= inline:
+        return header, env[hlen : hlen + slen]
+    stream = np.empty(slen, U8)
+    stream[:inline] = env[hlen : hlen + inline]
+    bcast_bytes(comm, stream[inline:], root)
+    return header, stream
+
+
+def allgatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+    """Every rank's ``send`` (``counts[r]`` bytes from rank r), concatenated in rank order."""
+    displs = offsets(counts)
+    out = np.empty(sum(counts), U8)
+    if out.size <= INT_MAX:
+        byte = _mpi.MPI.BYTE
+        g.comm.Allgatherv([send, byte], [out, (list(counts), displs), byte])
+        return out
+    out[displs[g.rank] : displs[g.rank] + send.size] = send
+    for r, (start, count) in enumerate(zip(displs, counts, strict=True)):
+        bcast_bytes(g.comm, out[start : start + count], r)
+    return out
+
+
+def gatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int], root: int) -> np.ndarray | None:
+    """Every rank's ``send`` concatenated on ``root`` (None elsewhere)."""
+    displs = offsets(counts)
+    total = sum(counts)
+    byte = _mpi.MPI.BYTE
+    if total <= INT_MAX:
+        out = np.empty(total, U8) if g.rank == root else None
+        recv = [out, (list(counts), displs), byte] if out is not None else None
+        g.comm.Gatherv([send, byte], recv, root)
+        return out
+    if g.rank != root:
+        send_bytes(g.internal, send, root)
+        return None
+    out = np.empty(total, U8)
+    for r, (start, count) in enumerate(zip(displs, counts, strict=True)):
+        part = out[start : start + count]
+        if r == root:
+            part[:] = send
+        else:
+            recv_bytes(g.internal, part, r)
+    return out
+
+
+def scatterv(
+    g: ProcessGroup, parts: list[np.ndarray] | None, count: int, total: int, root: int
+) -> np.ndarray:
+    """Rank r receives ``parts[r]`` (given on ``root``) into a new buffer of ``count`` bytes.
+
+    ``total`` is the sum of all parts, known to every rank.
+    """
+    out = np.empty(count, U8)
+    byte = _mpi.MPI.BYTE
+    if total <= INT_MAX:
+        if parts is None:
+            g.comm.Scatterv(None, [out, byte], root)
+        else:
+            counts = [p.size for p in parts]
+            joined = np.concatenate(parts)
+            g.comm.Scatterv([joined, (counts, offsets(counts)), byte], [out, byte], root)
+    elif parts is None:
+        recv_bytes(g.internal, out, root)
+    else:
+        for r, part in enumerate(parts):
+            if r == root:
+                out[:] = part
+            else:
+                send_bytes(g.internal, part, r)
+    return out
+
+
+def agree(g: ProcessGroup, kind: int, message: str) -> None:
+    """Raise on every rank if any rank failed: the lowest failing rank's error, the same everywhere.
+
+    Costs one 8-byte ``Allreduce`` when every rank succeeded.
+
+    Args:
+        g: The group of the call.
+        kind: 0 if this rank succeeded, else the error class's code in ``pickling.KINDS``.
+        message: This rank's error message (ignored when ``kind`` is 0).
+    """
+    flag = np.array([kind], np.int64)
+    g.comm.Allreduce(_mpi.MPI.IN_PLACE, flag, _mpi.MPI.MAX)
+    if flag[0]:
+        raise_first(g.comm.allgather((kind, message)))
+
+
+def raise_first(reports: Sequence[tuple[int, str]]) -> None:
+    """Raise the first failure among per-rank ``(kind, message)`` reports, if any."""
+    failed = [(k, m) for k, m in reports if k]
+    if failed:
+        kind, message = failed[0]
+        if len(failed) > 1:
+            message += f" (and {len(failed) - 1} more rank(s) failed)"
+        cls = KINDS[kind]
+        assert cls is not None  # kind != 0 here; an internal invariant, not user input
+        raise cls(message)
