@@ -516,6 +516,7 @@ OPS: dict[str, Spec] = {
 REPORTS = {
     "jagged_realistic": "KJTAllToAll, realistic shape: counts / values / recat split",
     "objects": "object collectives vs comm.bcast / pkl5 (mpicomm.bench_objects)",
+    "planner": "GreedyPerfPartitioner: 10,000 options (100,000 shards) on 4,096 ranks, on rank 0",
 }
 
 
@@ -913,6 +914,8 @@ def report(
         from .bench_objects import objects_lines
 
         print("\n" + objects_lines(extra["objects"]), flush=True)
+    if "planner" in extra:
+        print("\n" + planner_line(extra["planner"]), flush=True)
     if args.json:
         settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
         doc = {
@@ -936,9 +939,36 @@ def _objects(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[str, 
     return objects_report(ctl, e, args)
 
 
+#: The planner's scale target: seconds of CPU time for the problem of ``measure_scale``'s defaults.
+PLANNER_LIMIT = 2.0
+
+
+def planner_scale(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[str, Any]:
+    """Time the planner on rank 0 (it needs no MPI; the other ranks wait in a barrier)."""
+    from .planner.scale import measure_scale
+
+    res: dict[str, Any] = {"check": True}
+    if e.rank == 0:
+        res = measure_scale()
+        res["check"] = res["min_perf"] > 0
+    ctl.Barrier()
+    return res
+
+
+def planner_line(res: dict[str, Any]) -> str:
+    """One line: the planner's time and whether it is within :data:`PLANNER_LIMIT`."""
+    verdict = "reached" if res["cpu_seconds"] < PLANNER_LIMIT else "NOT reached"
+    return (
+        f"planner: {res['shards']:,} shards of {res['options']:,} options on {res['world_size']:,} ranks in "
+        f"{res['seconds']:.2f} s wall, {res['cpu_seconds']:.2f} s CPU (best of {res['repeat']}); "
+        f"target < {PLANNER_LIMIT:g} s: {verdict}"
+    )
+
+
 REPORT_RUNS: dict[str, Callable[[MPI.Intracomm, Env, argparse.Namespace], dict[str, Any]]] = {
     "jagged_realistic": jagged_realistic,
     "objects": _objects,
+    "planner": planner_scale,
 }
 
 

@@ -406,11 +406,50 @@ def run(cases: Sequence[tuple[str, Case]] = CASES) -> bool:
         print(f"mpicomm {mpicomm.__version__} demo on {w} rank(s), validation {validation}{ranks}")
         print(_table([name for name, _ in cases], per_rank), flush=True)
         print(_details([name for name, _ in cases], per_rank), end="", flush=True)
-    failures = np.array([sum(not row[2] for row in rows)])
+    failures = np.array([sum(not row[2] for row in rows) + (not _plan(r, w, per_rank is not None))])
     mpicomm.all_reduce(failures)  # after rank 0 printed: a failing rank's exit may abort the job
     if per_rank is not None:
         print("all checks passed" if failures[0] == 0 else f"{failures[0]} check(s) FAILED", flush=True)
     return bool(failures[0] == 0)
+
+
+def _plan(r: int, w: int, show: bool) -> bool:
+    """Plan a small embedding-table sharding for this job on every rank; check all ranks agree.
+
+    The planner needs no MPI; each rank plans on its own and ``all_gather_object`` compares the
+    results. Rank 0 prints the plan table and the load chart.
+    """
+    from mpicomm.planner import (
+        GreedyPerfPartitioner,
+        JobShape,
+        RankLayout,
+        Shard,
+        ShardingOption,
+        Storage,
+        Topology,
+        format_load_chart,
+        format_plan_table,
+    )
+
+    mib = 1 << 20
+    topo = Topology(world_size=w, compute_device="cpu", ddr_cap=2048 * mib)
+    options = [
+        ShardingOption("users", "uniform", [Shard(Storage(0, 64 * mib), 1.0) for _ in range(w)]),
+        ShardingOption("items", "device", [Shard(Storage(0, 128 * mib), 2.0) for _ in range(4)]),
+        ShardingOption("ads", "device", [Shard(Storage(0, 256 * mib), 3.0) for _ in range(2)]),
+    ]
+    plan = GreedyPerfPartitioner().partition(options, topo)
+    mine = [(o.name, i, s.rank) for o in options for i, s in enumerate(o.shards)]
+    every: list[object] = [None] * w
+    mpicomm.all_gather_object(every, mine)
+    same = all(x == mine for x in every)
+    if show:
+        print(
+            f"\nplanner: {len(mine)} shards of 3 tables on {w} rank(s), the same plan on every rank: {same}"
+        )
+        print(format_plan_table(plan, RankLayout.from_shape(JobShape.from_topology(topo))))
+        print(format_load_chart(plan, width=30), flush=True)
+    return same
 
 
 _HELP = """\
@@ -420,7 +459,8 @@ reduce_scatter, reduce_scatter_tensor, all_to_all_single, gather, scatter, reduc
 barrier, KJTAllToAll, broadcast_object_list (a configuration dict from rank 0) and gather_object
 (per-rank summaries to rank 0). Rank 0 prints one table: what each rank sent and got, and whether it
 matched, then each rank's keyed jagged array before and after KJTAllToAll, the configuration every
-rank received and the summaries rank 0 gathered. Runs on any number of
+rank received and the summaries rank 0 gathered, and last a small sharding plan for this job
+(plan table and load chart), planned on every rank and compared. Runs on any number of
 ranks; beyond 4 it shows ranks 0, 1 and the last one, and checks them all."""
 
 _EXAMPLES = """\
