@@ -41,7 +41,7 @@ def test_demo_under_mpiexec_checks_every_result(ranks: int) -> None:
     # rank 0 prints the configuration every shown rank received and the summaries it gathered
     assert done.stdout.count("'layers': [64, 32]") == (ranks if ranks <= 4 else 3) + 1
     # the planner section: every rank planned the same; each rank has a row and a bar
-    assert f"on {ranks} rank(s), same plan on every rank: True" in done.stdout
+    assert f"on {ranks} rank(s), the same plan on every rank: True" in done.stdout
     assert all(f"rank {r:>{len(str(ranks - 1))}} |" in done.stdout for r in range(ranks))
     for r in range(ranks):
         assert f"{{'rank': {r}, 'sum': {3.0 * (r + 1)}, 'max': {2.0 * (r + 1)}}}" in done.stdout
