@@ -93,14 +93,17 @@ def _shape(args: argparse.Namespace, spec: Spec | None) -> JobShape:
                 f"job shape: the job runs {shape.nodes} x {shape.ntasks_per_node} = {shape.world_size} "
                 f"ranks; the topology has world_size {topo.world_size}; expected the same number"
             )
-        if topo.num_hosts > 1 and (
-            shape.ntasks_per_node != topo.local_world_size or shape.distribution != "block"
+        if (topo.num_hosts > 1 or shape.nodes > 1) and (
+            shape.nodes != topo.num_hosts
+            or shape.ntasks_per_node != topo.local_world_size
+            or shape.distribution != "block"
         ):
             raise ArgumentError(
-                f"job shape: the topology's hosts are runs of {topo.local_world_size} consecutive ranks; "
-                f"the job runs {shape.ntasks_per_node} tasks per node with {shape.distribution} "
-                "distribution; expected "
-                f"{topo.local_world_size} tasks per node, block distribution"
+                f"job shape: the topology has {topo.num_hosts} host(s) of {topo.local_world_size} "
+                f"consecutive ranks; the job runs {shape.nodes} node(s) x {shape.ntasks_per_node} tasks "
+                f"with {shape.distribution} distribution; expected {topo.num_hosts} node(s) x "
+                f"{topo.local_world_size} tasks, block distribution (set the topology's local_world_size "
+                "to the tasks per node)"
             )
     return shape
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 
 from ..errors import ArgumentError, ArgumentTypeError
@@ -66,11 +65,14 @@ class _State:
         return f"hbm {self.hbm[bh]} on rank {bh} and ddr {self.ddr[bd]} on rank {bd}"
 
     def hosts_by_perf(self) -> list[int]:
-        """Host indexes, least loaded first (by the exact sum of their ranks' perf; ties: lower host)."""
+        """Host indexes, least loaded first (ranks' perf summed left to right as in torchrec; ties: lower)."""
         lws = self.lws
         for h, s in enumerate(self.host_sum):
             if s is None:
-                self.host_sum[h] = math.fsum(self.total[h * lws : (h + 1) * lws])
+                total = 0.0
+                for t in self.total[h * lws : (h + 1) * lws]:
+                    total += t
+                self.host_sum[h] = total
         sums = self.host_sum
         return sorted(range(len(sums)), key=lambda h: sums[h] or 0.0)
 
@@ -94,7 +96,7 @@ def _capacity_hint(topology: Topology) -> str:
 def _check_proposal(options: Sequence[object], topology: Topology) -> list[ShardingOption]:
     """Check the proposal against the topology before anything is placed."""
     seen: set[str] = set()
-    groups: dict[str, list[ShardingOption]] = {}
+    groups: dict[tuple[str, str], list[ShardingOption]] = {}
     checked: list[ShardingOption] = []
     for i, opt in enumerate(options):
         if not isinstance(opt, ShardingOption):
@@ -122,7 +124,7 @@ def _check_proposal(options: Sequence[object], topology: Topology) -> list[Shard
         if len(members) > 1 and any(m.partition_by != "host" for m in members):
             names = ", ".join(repr(m.name) for m in members)
             raise ArgumentError(
-                f"{_FN}: options {names} share the dependency {key!r}, and not all of them have "
+                f"{_FN}: options {names} share the dependency {key[1]!r}, and not all of them have "
                 "partition_by='host'; expected only host options to be grouped (a device option is "
                 "placed on its own)"
             )
@@ -141,7 +143,7 @@ class GreedyPerfPartitioner:
     4. ``"host"`` groups onto the least-loaded host whose ranks have room, all shards within it.
 
     Each step costs O(log world_size) per shard, where torchrec re-sorted every rank for every shard.
-    Host loads are summed exactly (``math.fsum``), so a tie does not depend on the order of additions.
+    Host loads are summed left to right in rank order, as torchrec does, so near-ties round alike.
 
     Args:
         sort_by: ``"storage"`` (default) or ``"perf"``.
@@ -221,7 +223,7 @@ class GreedyPerfPartitioner:
         return Plan(topology, list(options), loads)
 
     def _sorted_groups(self, options: list[ShardingOption]) -> list[list[ShardingOption]]:
-        groups: dict[str, list[ShardingOption]] = {}
+        groups: dict[tuple[str, str], list[ShardingOption]] = {}
         for opt in options:
             if opt.partition_by != "uniform":
                 groups.setdefault(opt.group, []).append(opt)
@@ -352,7 +354,7 @@ class GreedyPerfPartitioner:
         lws = topology.local_world_size
         names = ", ".join(repr(o.name) for o in members)
         raise PlannerError(
-            f"{_FN}: the host group {members[0].group!r} (options {names}) needs {need} within one host "
+            f"{_FN}: the host group {members[0].group[1]!r} (options {names}) needs {need} within one host "
             f"of {lws} ranks, and no host can hold its shards; the largest free space on one host is "
             f"{state.host_free(best)} on host {best} (ranks {best * lws}-{best * lws + lws - 1})."
             + _solutions(

@@ -44,10 +44,12 @@ def render_sbatch(
 ) -> str:
     """The text of a batch script that runs ``command`` on every rank of ``layout`` with ``srun``.
 
-    The launch line is ``srun --mpi="${MPICOMM_SRUN_MPI:-<mpi>}" "${MPICOMM_PYTHON:-python3}" -m mpi4py
-    <command...>``, so the MPI plugin and the interpreter can be changed at submit time without editing the
-    script; ``-m mpi4py`` makes one rank's uncaught exception end the whole job. The script's exit code is
-    srun's: non-zero when any rank fails. The script is meant to be submitted from the repository root.
+    The launch line is ``srun --mpi="${MPICOMM_SRUN_MPI:-<mpi>}" --cpus-per-task=<n>
+    "${MPICOMM_PYTHON:-python3}" -m mpi4py <command...>``: the MPI plugin and the interpreter can be
+    changed at submit time without editing the script; srun is given the CPUs per task itself (since
+    Slurm 22.05 it does not take them from sbatch); ``-m mpi4py`` makes one rank's uncaught exception end
+    the whole job. The script's exit code is srun's: non-zero when any rank fails. The script is meant to
+    be submitted from the repository root.
 
     Args:
         layout: the rank layout (nodes, tasks per node, GPUs per node, CPUs per task, distribution).
@@ -72,8 +74,11 @@ def render_sbatch(
         >>> from mpicomm.planner import JobShape, RankLayout
         >>> text = render_sbatch(RankLayout.from_shape(JobShape(nodes=2, ntasks_per_node=4)),
         ...                      ["-m", "mpicomm.demo"], job_name="demo", environ={})
-        >>> print(text.splitlines()[-1])
-        srun --mpi="${MPICOMM_SRUN_MPI:-pmi2}" "${MPICOMM_PYTHON:-python3}" -m mpi4py -m mpicomm.demo
+        >>> launch = text.splitlines()[-1]
+        >>> launch.split()[:3]
+        ['srun', '--mpi="${MPICOMM_SRUN_MPI:-pmi2}"', '--cpus-per-task=1']
+        >>> launch.endswith('"${MPICOMM_PYTHON:-python3}" -m mpi4py -m mpicomm.demo')
+        True
     """
     if not isinstance(layout, RankLayout):
         raise ArgumentTypeError(f"{_FN}: layout is {type(layout).__name__}; expected a RankLayout")
@@ -114,7 +119,7 @@ def render_sbatch(
         "# from MPICOMM_PYTHON. The exit code is srun's: non-zero when any rank fails.",
         "set -euo pipefail",
         f"export OMP_NUM_THREADS={shape.cpus_per_task}",
-        f'srun --mpi="${{MPICOMM_SRUN_MPI:-{plugin}}}" "${{MPICOMM_PYTHON:-python3}}" -m mpi4py '
-        + " ".join(shlex.quote(a) for a in command),
+        f'srun --mpi="${{MPICOMM_SRUN_MPI:-{plugin}}}" --cpus-per-task={shape.cpus_per_task} '
+        '"${MPICOMM_PYTHON:-python3}" -m mpi4py ' + " ".join(shlex.quote(a) for a in command),
     ]
     return "\n".join(lines) + "\n"

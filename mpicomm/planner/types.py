@@ -157,6 +157,17 @@ class Perf:
 PerfLike = Union[Perf, float, int]  # noqa: UP007 (a runtime alias: Perf | float is an error on 3.9-)
 
 
+def _index_list(value: Sequence[int] | None, arg: str) -> list[int] | None:
+    """``size`` or ``offset`` of a shard as a list of ints >= 0 (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ArgumentTypeError(f"Shard: {arg} is {value!r}; expected a list of ints >= 0")
+    if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in value):
+        raise ArgumentError(f"Shard: {arg} is {list(value)!r}; expected a list of ints >= 0")
+    return [int(x) for x in value]
+
+
 class Shard:
     """One piece of a sharding option; the partitioner fills in ``rank``.
 
@@ -188,8 +199,10 @@ class Shard:
             )
         self.storage = storage
         self.perf = Perf.of(perf)
-        self.size = None if size is None else [int(x) for x in size]
-        self.offset = None if offset is None else [int(x) for x in offset]
+        self.size = _index_list(size, "size")
+        self.offset = _index_list(offset, "offset")
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+            raise ArgumentError(f"Shard: rank is {rank!r}; expected None or a rank >= 0")
         self.rank = rank
 
     def __repr__(self) -> str:
@@ -241,6 +254,11 @@ class ShardingOption:
                 f"ShardingOption: partition_by of {self.name!r} is {self.partition_by!r}; "
                 f"expected one of {', '.join(map(repr, PARTITION_BY))}"
             )
+        if self.dependency is not None and not isinstance(self.dependency, str):
+            raise ArgumentTypeError(
+                f"ShardingOption: dependency of {self.name!r} is {self.dependency!r}; "
+                "expected a string or None"
+            )
         if self.within_host not in WITHIN_HOST:
             raise ArgumentError(
                 f"ShardingOption: within_host of {self.name!r} is {self.within_host!r}; "
@@ -259,9 +277,13 @@ class ShardingOption:
         self.shards = list(self.shards)
 
     @property
-    def group(self) -> str:
-        """The key that options placed together share: the dependency, else the name."""
-        return self.dependency if self.dependency is not None else self.name
+    def group(self) -> tuple[str, str]:
+        """The key that options placed together share: the dependency, else the option's own name.
+
+        The two live apart (``("dependency", d)`` and ``("name", n)``), so an option named ``a`` is
+        not grouped with options whose dependency is ``"a"``.
+        """
+        return ("dependency", self.dependency) if self.dependency else ("name", self.name)
 
     @property
     def total_storage(self) -> Storage:

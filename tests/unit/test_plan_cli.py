@@ -134,7 +134,12 @@ def write(tmp_path: Path, text: str, name: str = "s.toml") -> str:
         (
             "[topology]\nworld_size = 4\nlocal_world_size = 2\n",
             ["--nodes", "1", "--ntasks-per-node", "4"],
-            "hosts are runs of 2 consecutive ranks",
+            "the topology has 2 host(s) of 2 consecutive ranks",
+        ),
+        (  # two nodes, but the topology is one host of 8 ranks: host options would span nodes
+            "[topology]\nworld_size = 8\n",
+            ["--nodes", "2", "--ntasks-per-node", "4"],
+            "the topology has 1 host(s) of 8 consecutive ranks; the job runs 2 node(s) x 4 tasks",
         ),
         (
             "[topology]\nworld_size = 2\nddr_cap = 5\ncompute_device = 'cpu'\n[[options]]\nname='t'\n"

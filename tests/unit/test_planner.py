@@ -121,6 +121,52 @@ def test_ex4_dependency_keeps_a_group_on_one_host() -> None:
     }
 
 
+def test_ex6_without_balance_modules_keeps_proposal_order_on_ties() -> None:
+    # torchrec's TestBalanceModules without balancing; balance_modules itself is not supported
+    topo = Topology(world_size=2, compute_device="cuda")
+    opts = [ShardingOption(n, "device", shards(1)) for n in ("wt0", "wt1", "wt2", "t0")]
+    assert plan(opts, topo) == {"wt0": [0], "wt1": [1], "wt2": [0], "t0": [1]}
+
+
+def test_host_loads_are_summed_left_to_right_as_torchrec_does() -> None:
+    # host 0: 0.1 + 0.2 + 0.3 = 0.6000000000000001, host 1: 0.3 + 0.2 + 0.1 = 0.6: torchrec picks host 1
+    topo = Topology(world_size=6, local_world_size=3, compute_device="cuda")
+    perfs = [0.1, 0.2, 0.3, 0.3, 0.2, 0.1]
+    opts = [
+        ShardingOption("u", "uniform", [Shard(Storage(1, 1), p) for p in perfs]),
+        ShardingOption("h", "host", shards(1, 1, 1, 1.0)),
+    ]
+    assert plan(opts, topo)["h"] == [5]  # host 1 (exact sums would tie and pick host 0), its lightest rank
+
+
+def test_dependency_and_option_names_do_not_mix() -> None:
+    topo = Topology(world_size=2, local_world_size=1, compute_device="cuda")
+    # an option named "a" and another option depending on "a" are separate groups
+    opts = [ShardingOption("a", "device", shards(1)), ShardingOption("b", "host", shards(1), dependency="a")]
+    assert plan(opts, topo) == {"a": [0], "b": [1]}
+    # an empty dependency means none (torchrec: ``dependency or fqn``)
+    opts = [ShardingOption(n, "device", shards(1), dependency="") for n in ("x", "y")]
+    assert plan(opts, topo) == {"x": [0], "y": [1]}
+    with pytest.raises(ArgumentTypeError, match="dependency of 'z' is 5; expected a string or None"):
+        ShardingOption("z", "device", shards(1), dependency=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "words"),
+    [
+        ({"size": 5}, ArgumentTypeError, "Shard: size is 5; expected a list of ints >= 0"),
+        ({"size": "12"}, ArgumentTypeError, "Shard: size is '12'"),
+        ({"offset": [0, -1]}, ArgumentError, "Shard: offset is [0, -1]"),
+        ({"rank": "x"}, ArgumentError, "Shard: rank is 'x'; expected None or a rank >= 0"),
+        ({"rank": -1}, ArgumentError, "Shard: rank is -1"),
+    ],
+)
+def test_bad_shard_fields(kwargs: dict[str, object], exc: type[Exception], words: str) -> None:
+    with pytest.raises(exc) as info:
+        Shard(Storage(1, 1), 1.0, **kwargs)  # type: ignore[arg-type]
+    assert words in str(info.value)
+
+
 def test_ex5_storage_bound_fit_test_is_less_or_equal() -> None:
     topo = Topology(world_size=2, compute_device="cuda", hbm_cap=2000 * MIB)
     opts = [

@@ -8,7 +8,6 @@ so the tie-breaking is exercised on almost every example.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
@@ -24,6 +23,14 @@ from mpicomm.planner import (
     Storage,
     Topology,
 )
+
+
+def _left_sum(xs: Any) -> float:
+    """torchrec's host total: a plain left-to-right float sum."""
+    total = 0.0
+    for x in xs:
+        total += x
+    return total
 
 
 def reference_partition(options: list[ShardingOption], topo: Topology, sort_by: str) -> dict[str, list[int]]:
@@ -44,10 +51,12 @@ def reference_partition(options: list[ShardingOption], topo: Topology, sort_by: 
                     raise PlannerError("uniform")
                 put(r, s, free, perf)
             out[o.name] = list(range(W))
-    groups: dict[str, list[ShardingOption]] = {}
+    groups: dict[tuple[str, str], list[ShardingOption]] = {}
     for o in options:
         if o.partition_by != "uniform":
-            groups.setdefault(o.dependency or o.name, []).append(o)
+            groups.setdefault(("dependency", o.dependency) if o.dependency else ("name", o.name), []).append(
+                o
+            )
 
     def key(g: list[ShardingOption]) -> Any:
         if sort_by == "storage":
@@ -74,7 +83,7 @@ def reference_partition(options: list[ShardingOption], topo: Topology, sort_by: 
         for o in g:
             need = need + o.total_storage
         hosts = sorted(
-            range(W // lws), key=lambda h: math.fsum(perf[r].total for r in range(h * lws, h * lws + lws))
+            range(W // lws), key=lambda h: _left_sum(perf[r].total for r in range(h * lws, h * lws + lws))
         )
         for h in hosts:
             members = range(h * lws, h * lws + lws)

@@ -59,8 +59,8 @@ def test_no_account_or_partition_lines_without_arguments_or_environment() -> Non
     text = render_sbatch(RankLayout.from_shape(JobShape()), ["x.py"], job_name="j", environ={})
     assert "--account" not in text and "--partition" not in text and "--gpus-per-node" not in text
     assert (
-        text.splitlines()[-1]
-        == 'srun --mpi="${MPICOMM_SRUN_MPI:-pmi2}" "${MPICOMM_PYTHON:-python3}" -m mpi4py x.py'
+        text.splitlines()[-1] == 'srun --mpi="${MPICOMM_SRUN_MPI:-pmi2}" --cpus-per-task=1 '
+        '"${MPICOMM_PYTHON:-python3}" -m mpi4py x.py'
     )
     sbatch = [i for i, line in enumerate(text.splitlines()) if line.startswith("#SBATCH")]
     first_command = next(i for i, line in enumerate(text.splitlines()) if line and not line.startswith("#"))
@@ -98,3 +98,10 @@ def test_bad_arguments(kwargs: dict[str, object], exc: type[Exception], words: s
     with pytest.raises(exc) as info:
         render_sbatch(layout, command, environ={}, **args)  # type: ignore[arg-type]
     assert str(info.value).startswith("render_sbatch: ") and words in str(info.value)
+
+
+def test_srun_gets_the_cpus_per_task_itself() -> None:
+    # Slurm >= 22.05: srun does not take --cpus-per-task from sbatch, so every task would get one CPU
+    text = render_sbatch(RankLayout.from_shape(JobShape(cpus_per_task=6)), ["x.py"], job_name="j", environ={})
+    assert "#SBATCH --cpus-per-task=6" in text and "export OMP_NUM_THREADS=6" in text
+    assert text.splitlines()[-1].startswith('srun --mpi="${MPICOMM_SRUN_MPI:-pmi2}" --cpus-per-task=6 ')
