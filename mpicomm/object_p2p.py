@@ -15,7 +15,7 @@ from . import _mpi
 from .comm import ProcessGroup, warn_non_member
 from .errors import ArgumentError
 from .object_wire import I8, TAG, U8, as_bytes, raise_first, recv_bytes, send_bytes
-from .objects import _check_list, _message, _pickle_list, _start, _unpickle
+from .objects import _list_problem, _message, _pickle_list, _start, _unpickle
 from .p2p import _peer
 
 __all__ = ["recv_object_list", "send_object_list"]
@@ -54,7 +54,7 @@ def send_object_list(
         None.
 
     Raises:
-        ArgumentTypeError: ``object_list`` is not a list.
+        ArgumentTypeError: ``object_list`` is not a list (the receiver raises it too).
         ArgumentError: no destination, one out of range, or this rank itself; an empty list (the
             receiver raises it too).
         ObjectCollectiveError: an object cannot be pickled (the receiver raises it too).
@@ -68,14 +68,13 @@ def send_object_list(
         ...     got = [None]; _ = mpicomm.recv_object_list(got, src=0)
     """
     fn = "send_object_list"
-    g, _, _ = _start(group, fn, device, None)
+    g, _, _, problem = _start(group, fn, device, None)
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    objs = _check_list(object_list, fn, "object_list")
-    assert objs is not None
+    problem = problem or _list_problem(object_list, fn, "object_list")
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
-    kind, msg, streams, buffers = _pickle_list(objs, fn, g.rank)
+    kind, msg, streams, buffers = _pickle_list(object_list, fn, g.ranks[g.rank], problem)
     header, stream = _message(kind, streams, buffers, msg)
     comm, byte = g.internal, _mpi.MPI.BYTE
     if stream.size <= INLINE:
@@ -115,7 +114,8 @@ def recv_object_list(
         The world rank of the sender (-1 on a rank outside ``group``).
 
     Raises:
-        ArgumentTypeError: ``object_list`` is not a list.
+        ArgumentTypeError: ``object_list`` is not a list (raised once the sender's messages are
+            received, so that the sender is not left blocked).
         ArgumentError: a bad source; the list's length differs from the sender's.
         ObjectCollectiveError: an object could not be pickled by the sender or unpickled here.
         UnpicklingRefusedError: safe mode refused a class.
@@ -133,12 +133,11 @@ def recv_object_list(
         1 ['hello', 2]
     """
     fn = "recv_object_list"
-    g, dev, safe = _start(group, fn, device, safe)
+    g, dev, safe, problem = _start(group, fn, device, safe)
     if g.comm is None:
         warn_non_member(g, fn)
         return -1
-    objs = _check_list(object_list, fn, "object_list")
-    assert objs is not None
+    problem = problem or _list_problem(object_list, fn, "object_list")
     peer = _peer(g, src, group_src, fn, "src", any_ok=True)
     comm, MPI = g.internal, _mpi.MPI
     status = MPI.Status()
@@ -157,14 +156,19 @@ def recv_object_list(
         recv_bytes(comm, b, sender, P2P_TAG)
     if kind:
         raise_first([(kind, bytes(stream).decode())])
-    if len(objs) != n:
+    if problem is not None:
+        raise_first([problem])  # only now: the sender's messages are received, it is not left waiting
+    if len(object_list) != n:
         raise ArgumentError(
-            f"{fn}: object_list has {len(objs)} entries; expected {n}, the length of the list sent by "
+            f"{fn}: object_list has {len(object_list)} entries; expected {n}, the length of the list sent by "
             f"rank {g.ranks[sender]}"
         )
-    names = [f"{fn}: object_list[{i}] from rank {sender}" for i in range(n)]
-    kind, msg, got = _unpickle(stream, [int(s) for s in header[4 : 4 + n]], bufs, safe, dev, names, g.rank)
+    names = [f"{fn}: object_list[{i}] from rank {g.ranks[sender]}" for i in range(n)]
+    sizes = [int(s) for s in header[4 : 4 + n]]
+    kind, msg, got, fatal = _unpickle(stream, sizes, bufs, safe, dev, names, g.ranks[g.rank])
+    if fatal is not None:
+        raise fatal
     if kind:
         raise_first([(kind, msg)])
-    objs[:] = got
+    object_list[:] = got
     return g.ranks[sender]

@@ -4,15 +4,18 @@
    These calls use pickle, and unpickling runs code chosen by the sender: a crafted object can run any
    command on every receiving rank. Use them only between ranks you trust, or turn on safe mode
    (``safe=True``, :func:`~mpicomm.set_safe_unpickling` or ``MPICOMM_SAFE_PICKLE=1``), which loads
-   builtin containers and scalars, numpy arrays and dtypes, and the classes you allow with
-   :func:`~mpicomm.allow_unpickle`, and refuses everything else.
+   builtin containers and scalars, numpy arrays and dtypes (not object dtypes), and the classes you
+   allow with :func:`~mpicomm.allow_unpickle`, and refuses everything else. Safe mode stops code
+   from running, not memory exhaustion (``bytearray(2**32)`` is a 30-byte pickle).
 
 What mpicomm does better than torch: numpy arrays inside objects travel out of band (pickle protocol 5,
 sent from their own memory, never copied into the pickle stream); a small broadcast is one message
 plus one 8-byte status reduction; gathers use ``Allgatherv``/``Gatherv``/``Scatterv`` instead of padding
 every object to the largest; objects over 2 GiB work on every MPI; and when an object cannot be
 pickled on its sender or unpickled on a receiver, or the lists disagree in length, every rank of the
-call raises the same error (naming the element, the rank and the cause) instead of hanging.
+call raises the same error (naming the element, the world rank and the cause) instead of hanging;
+so does an argument that is wrong on one rank only (a ``None`` instead of a list, a ``device`` it
+cannot serve).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 
 from . import _mpi, validation
 from .comm import ProcessGroup, resolve, root_rank, warn_non_member
-from .errors import ArgumentTypeError
+from .errors import ArgumentError, ArgumentTypeError, MpicommError
 from .object_wire import (
     TAG,
     U8,
@@ -58,23 +61,35 @@ I8 = np.int64
 # ---------------------------------------------------------------------------------------- helpers
 
 
+#: An argument problem found on one rank, raised on every rank through the agreement: (kind, message).
+Problem = tuple[int, str] | None
+
+
 def _start(
     group: ProcessGroup | None, fn: str, device: object, safe: object
-) -> tuple[ProcessGroup, Any, bool]:
+) -> tuple[ProcessGroup, Any, bool, Problem]:
+    """The group, device and safe flag of a call, and this rank's problem with ``device``/``safe``.
+
+    A bad ``group`` raises at once (no message can be exchanged without it); a bad ``device`` or
+    ``safe``, which may be bad on one rank only, is returned to be raised through the agreement.
+    """
     g = resolve(group, fn)
-    where = check_device(device, fn)
-    if safe is not None and not isinstance(safe, bool):
-        raise ArgumentTypeError(f"{fn}: safe is {safe!r}; expected True, False or None (the global setting)")
-    return g, where, is_safe_unpickling() if safe is None else safe
+    try:
+        where = check_device(device, fn)
+        if safe is not None and not isinstance(safe, bool):
+            raise ArgumentTypeError(
+                f"{fn}: safe is {safe!r}; expected True, False or None (the global setting)"
+            )
+    except (ArgumentError, ArgumentTypeError) as exc:
+        return g, None, True, (error_kind(exc), str(exc))
+    return g, where, is_safe_unpickling() if safe is None else safe, None
 
 
-def _check_list(x: object, fn: str, arg: str, none_ok: bool = False) -> list[Any] | None:
-    if x is None and none_ok:
+def _list_problem(x: object, fn: str, arg: str, none_ok: bool = False) -> Problem:
+    if (x is None and none_ok) or isinstance(x, list):
         return None
-    if not isinstance(x, list):
-        expected = "a list or None" if none_ok else "a list"
-        raise ArgumentTypeError(f"{fn}: {arg} is a {type(x).__qualname__}; expected {expected}")
-    return x
+    expected = "a list or None" if none_ok else "a list"
+    return 4, f"{fn}: {arg} is a {type(x).__qualname__}; expected {expected}"
 
 
 def _validate(g: ProcessGroup, fn: str, agree: dict[str, Any]) -> None:
@@ -83,10 +98,23 @@ def _validate(g: ProcessGroup, fn: str, agree: dict[str, Any]) -> None:
         validation.check(g, fn, agree)
 
 
+def _agree(g: ProcessGroup, kind: int, msg: str, fatal: BaseException | None = None) -> None:
+    """The status agreement; a rank whose unpickling raised a BaseException re-raises that one."""
+    try:
+        agree(g, kind, msg)
+    except MpicommError:
+        if fatal is not None:
+            raise fatal from None
+        raise
+
+
 def _pickle(
     objs: list[Any], fn: str, arg: str, rank: int
 ) -> tuple[int, str, list[bytes], list[list[memoryview]]]:
-    """Pickle each object: (0, "", streams, buffers of each), or (kind, message, [], []) on a failure."""
+    """Pickle each object: (0, "", streams, buffers of each), or (kind, message, [], []) on a failure.
+
+    ``rank`` is this rank's world rank, for the message.
+    """
     streams: list[bytes] = []
     buffers: list[list[memoryview]] = []
     for i, obj in enumerate(objs):
@@ -102,8 +130,13 @@ def _pickle(
 
 def _unpickle(
     stream: Any, sizes: list[int], buffers: list[Any], safe: bool, device: Any, names: list[str], rank: int
-) -> tuple[int, str, list[Any]]:
-    """Unpickle consecutive objects of ``sizes`` bytes; ``names[i]`` names object i in a message."""
+) -> tuple[int, str, list[Any], BaseException | None]:
+    """Unpickle consecutive objects of ``sizes`` bytes; ``names[i]`` names object i in a message.
+
+    Returns (kind, message, objects, fatal): ``fatal`` is a ``BaseException`` that is not an
+    ``Exception`` (``SystemExit``, ``KeyboardInterrupt`` from a ``__setstate__``), which this rank
+    re-raises after the agreement. ``rank`` is this rank's world rank.
+    """
     it = iter(buffers)
     out = []
     start = 0
@@ -111,9 +144,10 @@ def _unpickle(
         for size in sizes:
             out.append(place(loads(stream[start : start + size], it, safe), device))
             start += size
-    except Exception as exc:
-        return error_kind(exc), f"{names[len(out)]} cannot be unpickled on rank {rank}: {describe(exc)}", []
-    return 0, "", out
+    except BaseException as exc:  # the other ranks must hear of it before it propagates
+        msg = f"{names[len(out)]} cannot be unpickled on rank {rank}: {describe(exc)}"
+        return error_kind(exc), msg, [], None if isinstance(exc, Exception) else exc
+    return 0, "", out, None
 
 
 def _own_copy(buffers: list[memoryview]) -> list[np.ndarray]:
@@ -139,8 +173,15 @@ def _message(kind: int, streams: list[bytes], buffers: list[memoryview], msg: st
     return _header(0, streams, buffers, len(stream)), as_bytes(stream)
 
 
-def _pickle_list(objs: list[Any], fn: str, rank: int) -> tuple[int, str, list[bytes], list[memoryview]]:
-    """Pickle a list to send (broadcast, send): an empty list is an error, buffers are flattened."""
+def _pickle_list(
+    objs: Any, fn: str, rank: int, problem: Problem
+) -> tuple[int, str, list[bytes], list[memoryview]]:
+    """Pickle a list to send (broadcast, send): an argument problem or an empty list is an error.
+
+    Buffers are flattened; ``rank`` is this rank's world rank, for the message.
+    """
+    if problem is not None:
+        return problem[0], problem[1], [], []
     if not objs:
         msg = (
             f"{fn}: object_list is empty on the sending rank {rank}; expected at least one object "
@@ -188,9 +229,10 @@ def broadcast_object_list(
         None.
 
     Raises:
-        ArgumentTypeError: ``object_list`` is not a list, or a bad ``device``/``safe`` type.
-        ArgumentError: bad source or device; on every rank: the source's list is empty or the
-            lengths differ.
+        ArgumentTypeError: on every rank: ``object_list`` is not a list, or ``safe`` is not a bool,
+            on some rank.
+        ArgumentError: bad source; on every rank: a bad ``device`` somewhere, the source's list is
+            empty or the lengths differ.
         ObjectCollectiveError: on every rank: an object cannot be pickled on the source or
             unpickled on some rank.
         UnpicklingRefusedError: on every rank: safe mode refused a class.
@@ -203,16 +245,16 @@ def broadcast_object_list(
         ['foo', 12, {1: 2}]
     """
     fn = "broadcast_object_list"
-    g, dev, safe = _start(group, fn, device, safe)
+    g, dev, safe, problem = _start(group, fn, device, safe)
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    objs = _check_list(object_list, fn, "object_list")
-    assert objs is not None
+    problem = problem or _list_problem(object_list, fn, "object_list")
     root = root_rank(g, src, group_src, fn, "src")
     _validate(g, fn, {"src": root})
+    me, source = g.ranks[g.rank], g.ranks[root]
     if g.rank == root:
-        kind, msg, streams, buffers = _pickle_list(objs, fn, root)
+        kind, msg, streams, buffers = _pickle_list(object_list, fn, source, problem)
         header, stream = _message(kind, streams, buffers, msg)
         send_envelope(g.comm, header, stream, root)
         for buf in buffers:
@@ -227,34 +269,32 @@ def broadcast_object_list(
         raise_first([(kind, bytes(stream).decode())])
     bufs = [np.empty(int(s), U8) for s in header[4 + n :]]
     for b in bufs:
-        bcast_bytes(g.comm, b, root)
-    if len(objs) != n:
-        kind, msg = (
-            1,
-            (
-                f"{fn}: object_list has {len(objs)} entries on rank {g.rank} but {n} on the source rank "
-                f"{root}; expected the same length on every rank"
-            ),
+        bcast_bytes(g.comm, b, root)  # taken part in even with a problem here, so the source is not stuck
+    got: list[Any] = []
+    fatal = None
+    if problem is not None:
+        kind, msg = problem
+    elif len(object_list) != n:
+        kind = 1
+        msg = (
+            f"{fn}: object_list has {len(object_list)} entries on rank {me} but {n} on the source rank "
+            f"{source}; expected the same length on every rank"
         )
-        got: list[Any] = []
     else:
-        names = [f"{fn}: object_list[{i}] from rank {root}" for i in range(n)]
-        kind, msg, got = _unpickle(
-            stream, [int(s) for s in header[4 : 4 + n]], bufs, safe, dev, names, g.rank
-        )
-    agree(g, kind, msg)
-    objs[:] = got
+        names = [f"{fn}: object_list[{i}] from rank {source}" for i in range(n)]
+        sizes = [int(s) for s in header[4 : 4 + n]]
+        kind, msg, got, fatal = _unpickle(stream, sizes, bufs, safe, dev, names, me)
+    _agree(g, kind, msg, fatal)
+    object_list[:] = got
     return None
 
 
 # ------------------------------------------------------------------------------- gathers and scatter
 
 
-def _pickle_one(
-    obj: Any, fn: str, rank: int, problem: str | None
-) -> tuple[int, str, bytes, list[memoryview]]:
+def _pickle_one(obj: Any, fn: str, rank: int, problem: Problem) -> tuple[int, str, bytes, list[memoryview]]:
     if problem is not None:
-        return 1, problem, b"", []
+        return problem[0], problem[1], b"", []
     kind, msg, streams, buffers = _pickle([obj], fn, "obj", rank)
     return kind, msg, (streams[0] if streams else b""), (buffers[0] if buffers else [])
 
@@ -327,8 +367,9 @@ def all_gather_object(
         None.
 
     Raises:
-        ArgumentTypeError: ``object_list`` is not a list.
-        ArgumentError: on every rank: some rank's ``object_list`` is shorter than the group.
+        ArgumentTypeError: on every rank: ``object_list`` is not a list on some rank.
+        ArgumentError: on every rank: a bad ``device`` somewhere, or some rank's ``object_list``
+            is shorter than the group.
         ObjectCollectiveError: on every rank: an object cannot be pickled or unpickled.
         UnpicklingRefusedError: on every rank: safe mode refused a class.
 
@@ -341,27 +382,29 @@ def all_gather_object(
         True
     """
     fn = "all_gather_object"
-    g, dev, safe = _start(group, fn, device, safe)
+    g, dev, safe, problem = _start(group, fn, device, safe)
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    out = _check_list(object_list, fn, "object_list")
-    assert out is not None
-    problem = None
-    if len(out) < g.size:
+    me = g.ranks[g.rank]
+    problem = problem or _list_problem(object_list, fn, "object_list")
+    if problem is None and len(object_list) < g.size:
         problem = (
-            f"{fn}: object_list has {len(out)} entries on rank {g.rank}; expected at least {g.size} "
-            f"(the group size), e.g. [None] * {g.size}"
+            1,
+            (
+                f"{fn}: object_list has {len(object_list)} entries on rank {me}; expected at least {g.size} "
+                f"(the group size), e.g. [None] * {g.size}"
+            ),
         )
     _validate(g, fn, {})
-    kind, msg, stream, buffers = _pickle_one(obj, fn, g.rank, problem)
+    kind, msg, stream, buffers = _pickle_one(obj, fn, me, problem)
     meta = _exchange_meta(g, kind, len(stream), len(buffers), msg)
     sizes, nbufs = meta[:, 1].tolist(), meta[:, 2].tolist()
     streams = allgatherv(g, as_bytes(stream), sizes)
     bufs = _buffer_rounds(g, buffers, nbufs, None)
-    kind, msg, got = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g.rank)
-    agree(g, kind, msg)
-    out[: g.size] = got
+    kind, msg, got, fatal = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g)
+    _agree(g, kind, msg, fatal)
+    object_list[: g.size] = got
     return None
 
 
@@ -381,16 +424,19 @@ def _unpickle_ranks(
     safe: bool,
     dev: Any,
     fn: str,
-    rank: int,
-) -> tuple[int, str, list[Any]]:
+    g: ProcessGroup,
+) -> tuple[int, str, list[Any], BaseException | None]:
     got = []
+    me = g.ranks[g.rank]
     for r, (start, size) in enumerate(zip(offsets(sizes), sizes, strict=True)):
-        names = [f"{fn}: the object from rank {r}"]
-        kind, msg, one = _unpickle(streams[start : start + size], [size], bufs[r], safe, dev, names, rank)
+        names = [f"{fn}: the object from rank {g.ranks[r]}"]
+        kind, msg, one, fatal = _unpickle(
+            streams[start : start + size], [size], bufs[r], safe, dev, names, me
+        )
         if kind:
-            return kind, msg, []
+            return kind, msg, [], fatal
         got.extend(one)
-    return 0, "", got
+    return 0, "", got, None
 
 
 def gather_object(
@@ -429,7 +475,7 @@ def gather_object(
         None.
 
     Raises:
-        ArgumentTypeError: ``object_gather_list`` is neither a list nor None.
+        ArgumentTypeError: on every rank: ``object_gather_list`` is neither a list nor None on some rank.
         ArgumentError: bad destination; on every rank: the list is missing or short on the
             destination, or given on another rank.
         ObjectCollectiveError: on every rank: an object cannot be pickled or unpickled.
@@ -444,40 +490,41 @@ def gather_object(
         True
     """
     fn = "gather_object"
-    g, dev, safe = _start(group, fn, device, safe)
+    g, dev, safe, problem = _start(group, fn, device, safe)
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    out = _check_list(object_gather_list, fn, "object_gather_list", none_ok=True)
+    problem = problem or _list_problem(object_gather_list, fn, "object_gather_list", none_ok=True)
     root = root_rank(g, dst, group_dst, fn, "dst")
     _validate(g, fn, {"dst": root})
-    problem = _gather_list_problem(out, g, root, fn)
-    kind, msg, stream, buffers = _pickle_one(obj, fn, g.rank, problem)
+    problem = problem or _gather_list_problem(object_gather_list, g, root, fn)
+    kind, msg, stream, buffers = _pickle_one(obj, fn, g.ranks[g.rank], problem)
     meta = _exchange_meta(g, kind, len(stream), len(buffers), msg)
     sizes, nbufs = meta[:, 1].tolist(), meta[:, 2].tolist()
     streams = gatherv(g, as_bytes(stream), sizes, root)
     bufs = _buffer_rounds(g, buffers, nbufs, root)
-    kind, msg, got = 0, "", list[Any]()
+    kind, msg, got, fatal = 0, "", list[Any](), None
     if streams is not None:
-        kind, msg, got = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g.rank)
-    agree(g, kind, msg)
-    if out is not None and g.rank == root:
-        out[: g.size] = got
+        kind, msg, got, fatal = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g)
+    _agree(g, kind, msg, fatal)
+    if object_gather_list is not None and g.rank == root:
+        object_gather_list[: g.size] = got
     return None
 
 
-def _gather_list_problem(out: list[Any] | None, g: ProcessGroup, root: int, fn: str) -> str | None:
+def _gather_list_problem(out: list[Any] | None, g: ProcessGroup, root: int, fn: str) -> Problem:
+    me, dst = g.ranks[g.rank], g.ranks[root]
     if g.rank != root:
         if out:
-            return (
-                f"{fn}: object_gather_list is given on rank {g.rank}, which is not the destination "
-                f"{root}; expected None there"
+            return 1, (
+                f"{fn}: object_gather_list is given on rank {me}, which is not the destination "
+                f"{dst}; expected None there"
             )
         return None
     if not out or len(out) < g.size:
-        return (
+        return 1, (
             f"{fn}: object_gather_list is {'missing' if not out else f'of length {len(out)}'} on the "
-            f"destination rank {root}; expected a list of at least {g.size} (the group size), e.g. "
+            f"destination rank {dst}; expected a list of at least {g.size} (the group size), e.g. "
             f"[None] * {g.size}"
         )
     return None
@@ -518,7 +565,7 @@ def scatter_object_list(
         None.
 
     Raises:
-        ArgumentTypeError: the output is not a list.
+        ArgumentTypeError: on every rank: the output is not a list on some rank.
         ArgumentError: bad source; on every rank: an empty output list somewhere, or an input list
             on the source that is not one object per rank.
         ObjectCollectiveError: on every rank: an object cannot be pickled or unpickled.
@@ -533,28 +580,29 @@ def scatter_object_list(
         True
     """
     fn = "scatter_object_list"
-    g, dev, safe = _start(group, fn, device, safe)
+    g, dev, safe, problem = _start(group, fn, device, safe)
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    out = _check_list(scatter_object_output_list, fn, "scatter_object_output_list")
-    assert out is not None
+    out = scatter_object_output_list
+    problem = problem or _list_problem(out, fn, "scatter_object_output_list")
     root = root_rank(g, src, group_src, fn, "src")
     _validate(g, fn, {"src": root})
-    kind, msg = 0, ""
-    if not out:
-        kind, msg = (
+    me, source = g.ranks[g.rank], g.ranks[root]
+    if problem is None and not out:
+        problem = (
             1,
             (
-                f"{fn}: scatter_object_output_list is empty on rank {g.rank}; expected a list of at least "
+                f"{fn}: scatter_object_output_list is empty on rank {me}; expected a list of at least "
                 "one entry, e.g. [None]"
             ),
         )
+    kind, msg = problem or (0, "")
     row = np.empty(4, I8)
     streams: list[bytes] | None = None
     buffers: list[list[memoryview]] = []
     if g.rank == root:
-        rows, source_msg, streams, buffers = _scatter_source(g, scatter_object_input_list, fn, root)
+        rows, source_msg, streams, buffers = _scatter_source(g, scatter_object_input_list, fn, source)
         g.comm.Scatter(rows, row, root)
     else:
         g.comm.Scatter(None, row, root)
@@ -565,10 +613,11 @@ def scatter_object_list(
     stream = scatterv(g, parts, int(row[1]), int(row[3]), root)
     mine = _scatter_buffers(g, buffers, int(row[2]), root)
     got: list[Any] = []
+    fatal = None
     if kind == 0:
-        names = [f"{fn}: scatter_object_input_list[{g.rank}] from rank {root}"]
-        kind, msg, got = _unpickle(stream, [stream.size], mine, safe, dev, names, g.rank)
-    agree(g, kind, msg)
+        names = [f"{fn}: scatter_object_input_list[{g.rank}] from rank {source}"]
+        kind, msg, got, fatal = _unpickle(stream, [stream.size], mine, safe, dev, names, me)
+    _agree(g, kind, msg, fatal)
     out[0] = got[0]
     return None
 
@@ -576,7 +625,10 @@ def scatter_object_list(
 def _scatter_source(
     g: ProcessGroup, inputs: object, fn: str, root: int
 ) -> tuple[np.ndarray, str, list[bytes], list[list[memoryview]]]:
-    """The source's rows (kind, stream bytes, buffer count, total stream bytes), error, streams, buffers."""
+    """The source's rows (kind, stream bytes, buffer count, total stream bytes), error, streams, buffers.
+
+    ``root`` is the source's world rank, for the messages.
+    """
     rows = np.zeros((g.size, 4), I8)
     if not isinstance(inputs, list) or len(inputs) != g.size:
         got = f"a list of {len(inputs)}" if isinstance(inputs, list) else f"a {type(inputs).__qualname__}"

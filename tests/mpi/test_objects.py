@@ -20,9 +20,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import mpicomm
-from mpicomm import ArgumentError, ArgumentTypeError, ObjectCollectiveError, object_wire
+from mpicomm import ArgumentError, ArgumentTypeError, ObjectCollectiveError, object_wire, pickling
 from mpicomm import UnpicklingRefusedError as Refused
 from mpicomm.pickling import OUT_OF_BAND_MIN
+
+NO_CUPY = importlib.util.find_spec("cupy") is None
 
 SAME_ON_EVERY_RANK = settings(
     derandomize=True,
@@ -431,8 +433,16 @@ def test_safe_mode_refuses_a_command_payload_on_every_rank(world) -> None:
     assert not os.path.exists(marker)
 
 
+@pytest.fixture
+def allow_list_restored() -> Any:
+    """Whatever a test adds with allow_unpickle is taken off the allow-list again afterwards."""
+    before = set(pickling._ALLOWED)
+    yield
+    pickling._ALLOWED.intersection_update(before)
+
+
 @pytest.mark.mpi(min_size=2)
-def test_safe_mode_global_setting_and_allow_list(world) -> None:
+def test_safe_mode_global_setting_and_allow_list(world, allow_list_restored) -> None:
     objs = [Settings(0.1), {"a": np.ones(3)}] if world.rank == 0 else [None, None]
     mpicomm.set_safe_unpickling(True)
     try:
@@ -445,11 +455,37 @@ def test_safe_mode_global_setting_and_allow_list(world) -> None:
     assert objs[0] == Settings(0.1) and same(objs[1], {"a": np.ones(3)})
 
 
+@pytest.mark.mpi(min_size=2)
+def test_allow_list_is_restored_after_the_previous_test(world) -> None:
+    assert (Settings.__module__, Settings.__qualname__) not in pickling._ALLOWED
+    objs = [Settings(0.2)] if world.rank == 0 else [None]
+    with raises_everywhere(Refused, "test_objects.Settings"):
+        mpicomm.broadcast_object_list(objs, safe=True)
+
+
+class FakePointers:
+    """Unpickles as an object array whose one element is the pointer 0x4141414141414141 (the attack)."""
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return np.ndarray, ((1,), np.dtype("O"), b"A" * 8)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_safe_mode_refuses_an_object_array_made_from_raw_bytes_on_every_rank(world) -> None:
+    objs = [FakePointers()] if world.rank == 0 else [None]
+    with raises_everywhere(Refused, "cannot be unpickled on rank 1", "object dtype"):
+        mpicomm.broadcast_object_list(objs, safe=True)
+    assert world.rank == 0 or objs == [None]
+    out: list[Any] = [None] * world.size
+    with raises_everywhere(Refused, "the object from rank 0", "object dtype"):
+        mpicomm.all_gather_object(out, np.array([None, 1], dtype=object) if world.rank == 0 else 0, safe=True)
+
+
 # ------------------------------------------------------------------------------ bad arguments
 
 
 @pytest.mark.mpi(min_size=1)
-def test_bad_arguments_raise_before_any_message(world) -> None:
+def test_bad_arguments_raise_clear_errors(world) -> None:
     w = world.size
     with pytest.raises(
         ArgumentTypeError, match="broadcast_object_list: object_list is a tuple; expected a list"
@@ -477,14 +513,12 @@ def test_bad_arguments_raise_before_any_message(world) -> None:
         mpicomm.send_object_list([1], dst=world.rank)
     with pytest.raises(ArgumentError, match="send_object_list: no dst given"):
         mpicomm.send_object_list([1])
-    with pytest.raises(ArgumentTypeError, match="recv_object_list: object_list is a NoneType"):
-        mpicomm.recv_object_list(None)  # type: ignore[arg-type]
     mpicomm.barrier()  # every rank is still in step
 
 
 @pytest.mark.mpi(min_size=1)
-@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="cupy is installed here")
-def test_cuda_device_without_cupy_raises_before_any_message(world) -> None:
+@pytest.mark.skipif(not NO_CUPY, reason="cupy is installed here")
+def test_cuda_device_without_cupy_raises_on_every_rank(world) -> None:
     objs = ["x"] if world.rank == 0 else [None]
     with pytest.raises(ArgumentError, match="broadcast_object_list: device is 'cuda', which needs cupy"):
         mpicomm.broadcast_object_list(objs, device="cuda")
@@ -510,3 +544,163 @@ def test_validation_mode_catches_ranks_that_disagree_on_the_source(world) -> Non
     finally:
         mpicomm.set_validation(False)
     assert objs == ["x"]
+
+
+# ------------------------------------------------------------------------------ problems on one rank only
+
+
+def _call(fn: str, world: mpicomm.ProcessGroup, bad: int, arg: str) -> None:
+    """Call ``fn`` on every rank with a bad ``arg`` on rank ``bad`` only; rank 0 is the source/destination."""
+    w, r = world.size, world.rank
+    mine = r == bad
+    kw: dict[str, Any] = {}
+    if arg == "device":
+        kw["device"] = "cuda" if mine else None
+    if arg == "safe":
+        kw["safe"] = "yes" if mine else None
+    wrong = arg == "list" and mine
+    if fn == "broadcast_object_list":
+        objs = [payload(1, 0), "x"] if r == 0 else [None, None]
+        mpicomm.broadcast_object_list(None if wrong else objs, src=0, **kw)  # type: ignore[arg-type]
+    elif fn == "all_gather_object":
+        mpicomm.all_gather_object(tuple([None] * w) if wrong else [None] * w, payload(2, r), **kw)  # type: ignore[arg-type]
+    elif fn == "gather_object":
+        out = [None] * w if r == 0 else None
+        mpicomm.gather_object(payload(3, r), {} if wrong else out, dst=0, **kw)  # type: ignore[arg-type]
+    else:
+        inputs = [payload(4, i) for i in range(w)] if r == 0 else None
+        mpicomm.scatter_object_list(None if wrong else [None], inputs, src=0, **kw)  # type: ignore[arg-type]
+
+
+PROBLEMS = {
+    "list": (ArgumentTypeError, "is a (NoneType|tuple|dict); expected a list"),
+    "device": (ArgumentError, "device is 'cuda', which needs cupy"),
+    "safe": (ArgumentTypeError, "safe is 'yes'; expected True, False or None"),
+}
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("arg", list(PROBLEMS))
+@pytest.mark.parametrize(
+    "fn", ["broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list"]
+)
+def test_an_argument_problem_on_one_rank_raises_on_every_rank(world, fn: str, arg: str) -> None:
+    """A wrong list, device or safe flag on the root or on the last rank only: nobody is left waiting."""
+    if arg == "device" and not NO_CUPY:
+        pytest.skip("cupy is installed here: device='cuda' is valid")
+    error, words = PROBLEMS[arg]
+    for bad in sorted({0, world.size - 1}):
+        with raises_everywhere(error, fn, words):
+            _call(fn, world, bad, arg)
+        out: list[Any] = [None] * world.size
+        mpicomm.all_gather_object(out, world.rank)  # the group still works
+        assert out == list(range(world.size))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_send_recv_object_list_with_a_wrong_list_on_either_side(world) -> None:
+    r = world.rank
+    big = payload(9, 0)  # holds an out-of-band array: the sender blocks until it is received
+    if r == 0:
+        with pytest.raises(
+            ArgumentTypeError, match="send_object_list: object_list is a tuple; expected a list"
+        ):
+            mpicomm.send_object_list(("a",), dst=1)  # type: ignore[arg-type]
+        mpicomm.send_object_list([big], dst=1)
+        got: list[Any] = [None]
+        mpicomm.recv_object_list(got, src=1)
+        assert got == ["after"]
+    elif r == 1:
+        with pytest.raises(ArgumentTypeError, match="send_object_list: object_list is a tuple"):
+            mpicomm.recv_object_list([None], src=0)
+        with pytest.raises(ArgumentTypeError, match="recv_object_list: object_list is a NoneType"):
+            mpicomm.recv_object_list(None, src=0)  # type: ignore[arg-type]
+        mpicomm.send_object_list(["after"], dst=0)  # the big message was taken: the pair is still in step
+    mpicomm.barrier()
+
+
+class ExitsOnLoad:
+    """Its __setstate__ raises SystemExit on one rank: a BaseException that is not an Exception."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def __setstate__(self, state: dict[str, int]) -> None:
+        if mpicomm.get_rank() == state["rank"]:
+            raise SystemExit(3)
+        self.__dict__.update(state)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_system_exit_while_unpickling_reaches_every_rank(world) -> None:
+    r, w = world.rank, world.size
+    victim = w - 1
+    objs = [ExitsOnLoad(victim)] if r == 0 else [None]
+    if r == victim:
+        with pytest.raises(SystemExit):
+            mpicomm.broadcast_object_list(objs, safe=False)
+    else:
+        with raises_everywhere(
+            ObjectCollectiveError, f"cannot be unpickled on rank {victim}", "SystemExit: 3"
+        ):
+            mpicomm.broadcast_object_list(objs, safe=False)
+    out: list[Any] = [None] * w
+    with pytest.raises(SystemExit) if r == victim else raises_everywhere(ObjectCollectiveError, "SystemExit"):
+        mpicomm.all_gather_object(out, ExitsOnLoad(victim) if r == 0 else r, safe=False)
+    mpicomm.all_gather_object(out, r)
+    assert out == list(range(w))
+
+
+def _raise_on_world_rank(rank: int) -> str:
+    if mpicomm.get_rank() == rank:
+        raise RuntimeError(f"refusing on world rank {rank}")
+    return "fine"
+
+
+class FailsOn:
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        return _raise_on_world_rank, (self.rank,)
+
+
+@pytest.mark.mpi(min_size=3)
+def test_messages_on_a_sub_group_name_world_ranks(world) -> None:
+    """Group ranks 0, 1, ... are world ranks 1, 2, ...: every message must say the world rank."""
+    w, r = world.size, world.rank
+    sub = mpicomm.new_group(range(1, w))
+    if sub.is_member:
+        objs = [threading.Lock()] if r == 1 else [None]
+        with raises_everywhere(
+            ObjectCollectiveError, r"object_list\[0\] \(a lock\) cannot be pickled on rank 1:"
+        ):
+            mpicomm.broadcast_object_list(objs, group_src=0, group=sub)
+        objs = [FailsOn(2)] if r == 1 else [None]
+        with raises_everywhere(
+            ObjectCollectiveError, r"object_list\[0\] from rank 1 cannot be unpickled on rank 2"
+        ):
+            mpicomm.broadcast_object_list(objs, src=1, group=sub)
+        objs = ["a"] if r == 1 else [None] * (2 if r == 2 else 1)
+        with raises_everywhere(ArgumentError, "2 entries on rank 2 but 1 on the source rank 1"):
+            mpicomm.broadcast_object_list(objs, src=1, group=sub)
+        out: list[Any] = [None] * sub.size
+        with raises_everywhere(ObjectCollectiveError, "the object from rank 2 cannot be unpickled on rank 1"):
+            mpicomm.all_gather_object(out, FailsOn(1) if r == 2 else 0, group=sub)
+        with raises_everywhere(
+            ArgumentError, "object_gather_list is given on rank 2, which is not the destination 1"
+        ):
+            mpicomm.gather_object(r, [None] * sub.size, dst=1, group=sub)
+        with raises_everywhere(ArgumentError, "scatter_object_output_list is empty on rank 2"):
+            mpicomm.scatter_object_list(
+                [] if r == 2 else [None], list(range(sub.size)) if r == 1 else None, src=1, group=sub
+            )
+    mpicomm.destroy_process_group(sub)
+    if r == 2:
+        mpicomm.send_object_list([FailsOn(1)], dst=1)
+    if r == 1:
+        with pytest.raises(
+            ObjectCollectiveError, match="recv_object_list: object_list\\[0\\] from rank 2 cannot be"
+        ):
+            mpicomm.recv_object_list([None], src=2)
+    mpicomm.barrier()

@@ -7,10 +7,13 @@ import datetime
 import importlib.util
 import os
 import pickle
+import pickletools
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -41,11 +44,47 @@ class NotAllowed:
     value: int
 
 
+@dataclass(frozen=True)
+class Frozen:
+    x: Any
+    label: str
+
+
+class Pair(NamedTuple):
+    x: Any
+    label: str
+
+
 @pytest.fixture(autouse=True)
-def _global_mode_is_restored():
+def _global_mode_is_restored() -> Iterator[None]:
     before = mpicomm.is_safe_unpickling()
+    allowed = set(pickling._ALLOWED)
     yield
     mpicomm.set_safe_unpickling(before)
+    pickling._ALLOWED.intersection_update(allowed)  # classes a test allowed stay out of the next tests
+
+
+def body(obj: object) -> bytes:
+    """The opcodes that push ``obj`` (protocol 3, no memo), to splice into a hand-made pickle."""
+    stream = pickletools.optimize(pickle.dumps(obj, protocol=3))
+    assert stream[:2] == b"\x80\x03" and stream[-1:] == pickle.STOP
+    return stream[2:-1]
+
+
+def global_(module: str, name: str) -> bytes:
+    return pickle.GLOBAL + f"{module}\n{name}\n".encode()
+
+
+def crafted(*parts: bytes) -> bytes:
+    """A protocol 3 pickle made of the given opcodes: what a malicious sender can put on the wire."""
+    return pickle.PROTO + b"\x03" + b"".join(parts) + pickle.STOP
+
+
+#: ``numpy.ndarray((1,), dtype("O"), b"AAAAAAAA")``: an object array whose one pointer is 0x4141414141414141;
+#: reading it crashes the process. The reviewer's payload, called through REDUCE.
+FAKE_POINTER_ARRAY = crafted(
+    global_("numpy", "ndarray"), body(((1,), np.dtype("O"), b"A" * 8)), pickle.REDUCE
+)
 
 
 def test_large_arrays_travel_out_of_band_and_come_back_equal():
@@ -174,3 +213,115 @@ def test_place_leaves_objects_alone_on_the_host():
     obj = {"a": np.ones(3)}
     assert pickling.place(obj, None) is obj
     assert pickling.place(obj, "cpu") is obj
+
+
+@pytest.mark.parametrize(
+    ("payload", "words"),
+    [
+        (FAKE_POINTER_ARRAY, "object dtype"),
+        (
+            crafted(global_("numpy", "ndarray"), body(((1,), np.dtype("f8"), b"A" * 8)), pickle.REDUCE),
+            "ndarray",
+        ),
+        (pickle.dumps(np.array([1, "two", None], dtype=object), protocol=5), "object dtype"),
+        (pickle.dumps({"a": np.zeros(2, dtype=[("x", "f4"), ("o", "O")])}, protocol=5), "object dtype"),
+        (pickle.dumps(np.array([None], dtype=object)[0:1], protocol=5), "object dtype"),
+    ],
+    ids=["fake-pointers", "ndarray-called", "object-array", "object-field", "object-slice"],
+)
+def test_safe_mode_refuses_object_arrays_and_calling_ndarray(payload: bytes, words: str):
+    with pytest.raises(mpicomm.UnpicklingRefusedError, match=words):
+        loads(payload, [], safe=True)
+
+
+def test_the_fake_pointer_payload_crashes_without_safe_mode_so_it_is_a_real_attack():
+    code = (
+        "import pickle, sys; a = pickle.loads(sys.stdin.buffer.read()); "
+        "print(a.dtype, flush=True); print(repr(a[0]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], input=FAKE_POINTER_ARRAY, capture_output=True)
+    assert done.stdout.startswith(b"object") and done.returncode != 0  # killed by a signal reading a[0]
+
+
+DTYPE_V8 = global_("numpy", "dtype") + body(("V8", False, True)) + pickle.REDUCE
+
+
+@pytest.mark.parametrize(
+    ("payload", "words"),
+    [
+        (crafted(DTYPE_V8, body((3, "|", None, None, None, 8, 1, 1)), pickle.BUILD), "object dtype"),
+        (
+            crafted(
+                DTYPE_V8, body((3, "|", None, ("a",), {"a": (np.dtype("f8"), 100)}, 8, 1, 16)), pickle.BUILD
+            ),
+            "field lies outside",
+        ),
+        (
+            crafted(DTYPE_V8, body((3, "|", None, None, None, 8, 1, 0)), pickle.BUILD)[:-1]
+            + body((3, "|", None, None, None, 4096, 1, 0))
+            + pickle.BUILD
+            + pickle.STOP,
+            "only once",
+        ),
+        (
+            crafted(
+                DTYPE_V8,
+                pickle.BINPUT + b"\x00" + pickle.POP,
+                global_("numpy._core.numeric", "_frombuffer"),
+                pickle.MARK
+                + body(b"\x00" * 8)
+                + pickle.BINGET
+                + b"\x00"
+                + body((1,))
+                + body("C")
+                + pickle.TUPLE,
+                pickle.REDUCE,
+            ),
+            "uses a numpy dtype before its state was set",
+        ),
+        (crafted(pickle.MARK + pickle.INST + b"builtins\nlist\n"), "INST opcode"),
+    ],
+    ids=["hasobject-flag", "field-outside-item", "second-state", "used-before-state", "inst"],
+)
+def test_safe_mode_refuses_dtype_tampering_and_old_opcodes(payload: bytes, words: str):
+    with pytest.raises(mpicomm.UnpicklingRefusedError, match=words):
+        loads(payload, [], safe=True)
+
+
+def test_safe_mode_refuses_state_set_on_a_class():
+    payload = crafted(global_("collections", "Counter"), body((None, {"most_common": int})), pickle.BUILD)
+    original = collections.Counter.__dict__["most_common"]
+    try:
+        with pytest.raises(mpicomm.UnpicklingRefusedError, match=r"class collections\.Counter itself"):
+            loads(payload, [], safe=True)
+        assert collections.Counter.__dict__["most_common"] is original
+    finally:
+        collections.Counter.most_common = original  # type: ignore[method-assign]
+
+
+def test_safe_mode_still_loads_every_numpy_layout():
+    obj = {
+        "strided": np.arange(20, dtype=np.int16)[::3],  # _reconstruct + state, in the stream
+        "big": np.arange(OUT_OF_BAND_MIN, dtype=np.float64),  # _frombuffer, out of band
+        "subarray": np.zeros(2, dtype=[("v", "<f4", (3,)), ("n", "u1")]),
+        "aligned": np.zeros(2, dtype=np.dtype([("a", "u1"), ("b", "<i8")], align=True)),
+        "text": np.array(["ab", "cde"]),
+        "scalars": [np.float16(1.5), np.complex64(1j), np.datetime64("2026-11-22"), np.bytes_(b"x")],
+        "collections": [collections.deque([1, 2], maxlen=5), collections.defaultdict(list, {"a": [1]})],
+    }
+    stream, buffers = dumps(obj)
+    got = loads(stream, buffers, safe=True)
+    for key in ("strided", "big", "subarray", "aligned", "text"):
+        assert got[key].dtype == obj[key].dtype
+        np.testing.assert_array_equal(got[key], obj[key])
+    assert got["scalars"] == obj["scalars"] and got["collections"] == obj["collections"]
+
+
+def test_place_walks_namedtuples_and_frozen_dataclasses():
+    def to_list(x: object) -> object:
+        return x.tolist() if isinstance(x, np.ndarray) else None
+
+    obj = {"pair": Pair(np.arange(2), "p"), "frozen": Frozen(np.arange(3), "f")}
+    got = pickling._walk(obj, to_list, set())
+    assert got["pair"] == Pair([0, 1], "p") and type(got["pair"]) is Pair
+    assert got["frozen"] == Frozen([0, 1, 2], "f")
