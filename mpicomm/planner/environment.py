@@ -164,12 +164,13 @@ def _check_nodes(layout: RankLayout, placement: RankPlacement, env: Mapping[str,
 
 
 def _check_local(layout: RankLayout, placement: RankPlacement, env: Mapping[str, str], size: int) -> None:
-    local, local_from = _first(env, _LOCAL_VARS)
     procid, ntasks = _int_var(env, "SLURM_PROCID"), _int_var(env, "SLURM_NTASKS")
     slurm_is_this_job = procid == placement.rank and ntasks in (None, size)
     if slurm_is_this_job:
-        if local is None:
-            local, local_from = _int_var(env, "SLURM_LOCALID"), "SLURM_LOCALID"
+        # srun numbers a node's tasks in the order of the distribution: it must match exactly
+        local = _int_var(env, "SLURM_LOCALID")
+        if local is not None and local != placement.local_rank:
+            raise _mismatch(placement, "local rank", local, placement.local_rank, "SLURM_LOCALID")
         node = _int_var(env, "SLURM_NODEID")
         if node is not None and node != placement.node_index:
             raise _mismatch(placement, "node index", node, placement.node_index, "SLURM_NODEID")
@@ -184,5 +185,9 @@ def _check_local(layout: RankLayout, placement: RankPlacement, env: Mapping[str,
             raise _mismatch(
                 placement, "tasks per node", fixed, layout.shape.ntasks_per_node, "SLURM_NTASKS_PER_NODE"
             )
-    if local is not None and local != placement.local_rank:
-        raise _mismatch(placement, "local rank", local, placement.local_rank, local_from)
+    # mpiexec/mpirun number a node's processes in their own order (Open MPI 5 by the cores it maps to,
+    # e.g. 0, 2, 1 for world ranks 0, 1, 2): only the range can be checked
+    local, local_from = _first(env, _LOCAL_VARS)
+    here = layout.tasks_per_node[placement.node_index]
+    if local is not None and not 0 <= local < here:
+        raise _mismatch(placement, "local rank", local, f"one of 0..{here - 1}", local_from)

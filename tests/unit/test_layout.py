@@ -167,10 +167,21 @@ def test_open_mpi_variables() -> None:
     lay = layout()
     env = {"OMPI_COMM_WORLD_RANK": "6", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "2"}
     assert check_environment(lay, env).rank == 6
+    # mpirun numbers a node's processes in its own order (Open MPI 5 gave 0, 2, 1 to world ranks 0, 1, 2
+    # on one node): any local rank within the node's task count is accepted, one outside is not
+    assert check_environment(lay, {**env, "OMPI_COMM_WORLD_LOCAL_RANK": "1"}).rank == 6
     with pytest.raises(
-        LayoutMismatchError, match=r"rank 6 has local rank 1 .*OMPI_COMM_WORLD_LOCAL_RANK.*expects 2"
+        LayoutMismatchError, match=r"rank 6 has local rank 4 .*OMPI_COMM_WORLD_LOCAL_RANK.*one of 0..3"
     ):
-        check_environment(lay, {**env, "OMPI_COMM_WORLD_LOCAL_RANK": "1"})
+        check_environment(lay, {**env, "OMPI_COMM_WORLD_LOCAL_RANK": "4"})
+
+
+def test_srun_local_id_must_match_exactly() -> None:
+    lay = layout()
+    env = {"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NODEID": "1"}
+    assert check_environment(lay, env).rank == 6
+    with pytest.raises(LayoutMismatchError, match=r"rank 6 has local rank 1 \(from SLURM_LOCALID\)"):
+        check_environment(lay, {**env, "SLURM_LOCALID": "1"})
 
 
 def test_wrong_rank_count_says_planned_and_running() -> None:
