@@ -105,12 +105,18 @@ def local_rank() -> int:
         # split mpicomm's own duplicate of the world, never the user's communicator
         node = world.comm.Split_type(_mpi.MPI.COMM_TYPE_SHARED, key=world.rank)
         try:
-            rank = int(node.Get_rank())
+            rank, size = int(node.Get_rank()), int(node.Get_size())
         finally:
             node.Free()
-        # the launcher numbers all of COMM_WORLD; compare only when the world group is all of it
+        # the launcher numbers all of COMM_WORLD; compare only when the world group is all of it.
+        # srun numbers a node's tasks in world-rank order, as the split does: it must agree exactly;
+        # mpirun/mpiexec use their own order (Open MPI 5 gave world ranks 0, 1, 2 the local ranks
+        # 0, 2, 1), so theirs need only lie on this node.
         spans_world = world.size == _mpi.MPI.COMM_WORLD.Get_size()
-        if announced is not None and spans_world and announced[1] != rank:
+        wrong = announced is not None and (
+            announced[1] != rank if announced[0] == "SLURM_LOCALID" else announced[1] >= size
+        )
+        if announced is not None and spans_world and wrong:
             warnings.warn(
                 f"local_rank: {announced[0]}={announced[1]} but this process is node-local rank {rank} "
                 "in MPI's shared-memory split; using MPI's value",
