@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,6 +16,7 @@ from .buffers import (
     check_output,
     check_same_dtype,
     datatype,
+    displacements,
     row_size,
     send_view,
 )
@@ -225,4 +225,4 @@ def _splits(sizes: Sequence[int] | None, x: np.ndarray, size: int, fn: str, whic
 def _counts(rows: list[int], row: int) -> tuple[list[int], list[int]]:
     """Element counts and displacements of consecutive pieces of ``rows[i]`` rows each."""
     counts = [r * row for r in rows]
-    return counts, [0, *itertools.accumulate(counts[:-1])]
+    return counts, displacements(counts)

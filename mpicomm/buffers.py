@@ -6,7 +6,8 @@ cupy here (array module lookup, stream synchronisation, host staging) without to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ __all__ = [
     "check_disjoint_lists",
     "check_same_dtype",
     "datatype",
+    "displacements",
     "message",
     "send_view",
 ]
@@ -161,6 +163,18 @@ def address(x: np.ndarray) -> int:
     """The address of the first byte of ``x``."""
     # through mpi4py's buffer: ten times cheaper than __array_interface__ (which builds a dict)
     return int(_mpi.MPI.buffer(x).address)
+
+
+def displacements(counts: Iterable[int]) -> list[int]:
+    """Where each of ``counts`` starts in their concatenation, as Python ints (MPI's displacements).
+
+    Example:
+        >>> displacements([3, 0, 2])
+        [0, 3, 3]
+    """
+    starts = list(itertools.accumulate((int(c) for c in counts), initial=0))
+    starts.pop()
+    return starts
 
 
 def as_int_list(values: Sequence[int] | np.ndarray, fn: str, arg: str) -> list[int]:

@@ -11,7 +11,6 @@ with ``Ialltoallv`` and a vectorised numpy gather (the recat) in ``wait()``.
 
 from __future__ import annotations
 
-import itertools
 import zlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -19,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _mpi, validation
-from .buffers import as_int_list, check_array, datatype, row_size, send_view
+from .buffers import as_int_list, check_array, datatype, displacements, row_size, send_view
 from .comm import ProcessGroup, resolve, warn_non_member
 from .errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError, GroupError
 from .keyed import KeyedJaggedArray
@@ -60,20 +59,16 @@ def _exclusive_cumsum(counts: np.ndarray) -> np.ndarray:
 
 
 def _segment_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Indices that gather segment i (``counts[i]`` items from ``starts[i]``) for each i in turn.
+    """Indices that gather ``counts[i]`` items from ``starts[i]`` for each i in turn (counts >= 0).
 
-    A running sum of steps: 1 inside a segment, a jump at each segment start. One pass over the
-    output instead of ``repeat`` plus ``arange``.
+    Example:
+        >>> _segment_index(np.array([5, 0, 2]), np.array([2, 0, 3])).tolist()
+        [5, 6, 2, 3, 4]
     """
-    keep = counts > 0
-    s, c = starts[keep], counts[keep]
-    if s.size == 0:
+    if counts.size == 0:
         return np.empty(0, dtype=np.int64)
-    ends = np.cumsum(c)
-    steps = np.ones(int(ends[-1]), dtype=np.int64)
-    steps[0] = s[0]
-    steps[ends[:-1]] = s[1:] - (s[:-1] + c[:-1] - 1)
-    return np.cumsum(steps, out=steps)
+    ends = np.cumsum(counts, dtype=np.int64)
+    return np.repeat(starts - (ends - counts), counts) + np.arange(int(ends[-1]), dtype=np.int64)
 
 
 def _check_lengths(lengths: object, fn: str) -> np.ndarray:
@@ -124,10 +119,8 @@ def _alltoallv(g: ProcessGroup, send: np.ndarray, send_rows: Any, recv: np.ndarr
     rc = recv_rows.tolist() if isinstance(recv_rows, np.ndarray) else list(recv_rows)
     if row != 1:
         sc, rc = [c * row for c in sc], [c * row for c in rc]
-    sd = [0, *itertools.accumulate(sc[:-1])]
-    rd = [0, *itertools.accumulate(rc[:-1])]
     dt = datatype(send.dtype)
-    return g.internal.Ialltoallv([send, (sc, sd), dt], [recv, (rc, rd), dt])
+    return g.internal.Ialltoallv([send, (sc, displacements(sc)), dt], [recv, (rc, displacements(rc)), dt])
 
 
 def jagged_all_to_all(
@@ -514,14 +507,6 @@ def _place(
     return out, request, made
 
 
-def _gather_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Indices that gather ``counts[i]`` items from ``starts[i]`` for each i in turn (counts >= 0)."""
-    if counts.size == 0:
-        return np.empty(0, dtype=np.int64)
-    ends = np.cumsum(counts, dtype=np.int64)
-    return np.repeat(starts - (ends - counts), counts) + np.arange(int(ends[-1]), dtype=np.int64)
-
-
 #: Row permutations of the recat, by (keys, segment rows, source order); None for the identity.
 _ROW_PERMS: dict[tuple[int, bytes, bytes], np.ndarray | None] = {}
 
@@ -563,7 +548,7 @@ def _recat(
     if rows is not None:
         starts = _exclusive_cumsum(lengths)[rows]
         lengths = lengths[rows]
-        vidx = _gather_index(starts, lengths)
+        vidx = _segment_index(starts, lengths)
         values = values[vidx]
         weights = None if weights is None else weights[vidx]
     if strides is None:

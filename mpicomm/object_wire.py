@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _mpi
+from .buffers import displacements
 from .pickling import KINDS
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ __all__ = [
     "as_bytes",
     "bcast_bytes",
     "gatherv",
-    "offsets",
     "recv_envelope",
     "scatterv",
     "send_envelope",
@@ -50,16 +50,6 @@ def as_bytes(data: Any) -> np.ndarray:
     if isinstance(data, np.ndarray):
         return data.reshape(-1).view(U8)
     return np.frombuffer(data, U8)
-
-
-def offsets(counts: Sequence[int]) -> list[int]:
-    """Where each of ``counts`` starts in their concatenation."""
-    out = [0] * len(counts)
-    total = 0
-    for i, c in enumerate(counts):
-        out[i] = total
-        total += int(c)
-    return out
 
 
 def pieces(buf: np.ndarray) -> list[np.ndarray]:
@@ -127,7 +117,7 @@ def recv_envelope(comm: Any, root: int) -> tuple[np.ndarray, np.ndarray]:
 
 def allgatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int]) -> np.ndarray:
     """Every rank's ``send`` (``counts[r]`` bytes from rank r), concatenated in rank order."""
-    displs = offsets(counts)
+    displs = displacements(counts)
     out = np.empty(sum(counts), U8)
     if out.size <= INT_MAX:
         byte = _mpi.MPI.BYTE
@@ -141,7 +131,7 @@ def allgatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int]) -> np.n
 
 def gatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int], root: int) -> np.ndarray | None:
     """Every rank's ``send`` concatenated on ``root`` (None elsewhere)."""
-    displs = offsets(counts)
+    displs = displacements(counts)
     total = sum(counts)
     byte = _mpi.MPI.BYTE
     if total <= INT_MAX:
@@ -177,7 +167,7 @@ def scatterv(
         else:
             counts = [p.size for p in parts]
             joined = np.concatenate(parts)
-            g.comm.Scatterv([joined, (counts, offsets(counts)), byte], [out, byte], root)
+            g.comm.Scatterv([joined, (counts, displacements(counts)), byte], [out, byte], root)
     elif parts is None:
         recv_bytes(g.internal, out, root)
     else:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import _mpi, validation
+from .buffers import displacements
 from .comm import ProcessGroup, resolve, root_rank, warn_non_member
 from .errors import ArgumentError, ArgumentTypeError, MpicommError
 from .object_wire import (
@@ -35,7 +36,6 @@ from .object_wire import (
     as_bytes,
     bcast_bytes,
     gatherv,
-    offsets,
     pieces,
     raise_first,
     recv_bytes,
@@ -314,7 +314,7 @@ def _buffer_rounds(
         return per_rank
     mine = np.array([b.nbytes for b in buffers], I8)
     flat = allgatherv(g, mine.view(U8), [8 * k for k in nbufs]).view(I8).tolist()
-    starts = offsets(nbufs)
+    starts = displacements(nbufs)
     receivers = range(g.size) if root is None else [root]
     comm, byte, requests = g.internal, _mpi.MPI.BYTE, []
     if g.rank in receivers:
@@ -428,7 +428,7 @@ def _unpickle_ranks(
 ) -> tuple[int, str, list[Any], BaseException | None]:
     got = []
     me = g.ranks[g.rank]
-    for r, (start, size) in enumerate(zip(offsets(sizes), sizes, strict=True)):
+    for r, (start, size) in enumerate(zip(displacements(sizes), sizes, strict=True)):
         names = [f"{fn}: the object from rank {g.ranks[r]}"]
         kind, msg, one, fatal = _unpickle(
             streams[start : start + size], [size], bufs[r], safe, dev, names, me
