@@ -325,15 +325,6 @@ def _placement(min_values: int | None) -> Any:
         jagged._Placement.min_values = saved
 
 
-def _header(kja: mpicomm.KeyedJaggedArray, splits: list[int]) -> np.ndarray:
-    """The int64 counts message KJTAllToAll sends first (rows and values per destination)."""
-    b = jagged._exclusive_cumsum(np.asarray(splits, dtype=np.int64))
-    header = np.zeros((len(splits), jagged._HEADER), dtype=np.int64)
-    header[:, jagged._ROWS] = np.diff(b) * kja.stride()
-    header[:, jagged._VALUES] = np.diff(np.asarray(kja.offset_per_key(), dtype=np.int64)[b])
-    return header
-
-
 def _source_order(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -> list[np.ndarray]:
     """What arrives before the recat, in (source, key) order: lengths, values, weights, value counts."""
     rows = [s * kja.stride() for s in splits]
@@ -362,7 +353,8 @@ def _realistic_check(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -
 def _phases(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -> dict[str, Call]:
     """The calls timed: the whole exchange on each path, its count exchange, its recat, raw MPI."""
     a2a, g = mpicomm.KJTAllToAll(splits), mpicomm.init()
-    header, me = _header(kja, splits), e.rank
+    a2a(kja).wait()  # the first call checks that the ranks agree on the splits
+    header, me = a2a._counts(kja, *a2a._describe(kja))[0], e.rank
     lens, vals, wts, _ = _source_order(e, kja, splits)
     keys = kja.keys()[sum(splits[:me]) : sum(splits[: me + 1])]
     per_rank = np.full(e.n, kja.stride(), dtype=np.int64)
@@ -375,14 +367,14 @@ def _phases(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -> dict[st
         "placed": lambda: a2a(kja).wait(),
         "gather": gather_path,
         "counts": partial(jagged._exchange_header, g, header, "KJTAllToAll"),
-        "recat": partial(jagged._recat, keys, lens, vals, wts, per_rank, None, a2a._order),
+        "recat": partial(jagged._recat, keys, lens, vals, wts, per_rank, None, a2a._plan.order),
         "raw": _raw_realistic(e, kja, header),
     }
 
 
 def _raw_realistic(e: Env, kja: mpicomm.KeyedJaggedArray, header: np.ndarray) -> Call:
     """Raw mpi4py two-step of the same bytes: Alltoall of counts, then Alltoallv of each array."""
-    sc = np.ascontiguousarray(header[:, : jagged._VALUES + 1])
+    sc = np.ascontiguousarray(header[:, [jagged._ROWS, jagged._VALUES]])
     rc, i64 = np.empty_like(sc), _mpi.MPI.INT64_T
     f32 = _mpi.MPI.FLOAT
     arrays = [(kja.lengths(), 0, i64), (kja.values(), 1, f32), (kja.weights_or_none(), 1, f32)]

@@ -26,15 +26,22 @@ from .work import Work, completed
 
 __all__ = ["JaggedResult", "KJTAllToAll", "KJTAllToAllAwaitable", "KeyedJaggedArray", "jagged_all_to_all"]
 
-# Per-destination int64 fields of the counts message.
-_ROWS, _VALUES, _STRIDE, _FLAGS, _DTYPES, _SPLITS, _TOTAL = range(7)
+# Per-destination int64 fields of the counts message. The first three must be equal on every rank.
+# KJTAllToAll appends, per destination, the value counts and then the batch slots of each of that
+# destination's keys, both padded to the largest split: the receiver learns every (source, key)
+# segment from this one message.
+_FLAGS, _DTYPES, _SPLITS, _ROWS, _VALUES, _STRIDE, _TOTAL = range(7)
 _HEADER = 7
 
 
 class _Placement:
-    """Above this many values per rank (on average), MPI places the segments itself (no recat copy)."""
+    """From this many values per rank (on average), MPI places the segments itself (no recat copy).
 
-    min_values = 16384
+    Below it, one ``Ialltoallv`` per array and a numpy gather; measured on MPICH the two paths meet
+    at a few hundred values per rank, and above that the placed path wins by more and more.
+    """
+
+    min_values = 1024
 
 
 _VBE, _WEIGHTED = 1, 2
@@ -90,11 +97,14 @@ def _check_values(values: object, fn: str, arg: str = "values") -> np.ndarray:
 
 
 def _exchange_header(g: ProcessGroup, header: np.ndarray, fn: str) -> np.ndarray:
-    """Alltoall the per-destination counts; raise on every rank if the fingerprints disagree."""
+    """Alltoall the per-destination counts; raise on every rank if the fingerprints disagree.
+
+    Every rank sees every rank's fingerprint columns, so comparing them with its own is enough: if
+    any two ranks differ, every rank sees a row unlike its own and raises.
+    """
     received = np.empty_like(header)
     g.internal.Alltoall([header, _mpi.MPI.INT64_T], [received, _mpi.MPI.INT64_T])
-    agreed = received[:, _FLAGS : _SPLITS + 1]  # the columns every rank must send alike
-    if (agreed != agreed[0]).any():
+    if received[:, : _SPLITS + 1].tobytes() != header[:, : _SPLITS + 1].tobytes():
         _disagree(received, fn)
     return received
 
@@ -308,15 +318,18 @@ class KJTAllToAll:
                 f"{fn}: stagger is {stagger}; expected a positive divisor of {g.size} (the group size)"
             )
         self.group, self.stagger = g, int(stagger)
-        n = g.size // self.stagger
-        self._order = np.array([x + n * y for x in range(n) for y in range(self.stagger)], dtype=np.int64)
-        self._bounds = _exclusive_cumsum(np.asarray(self.splits, dtype=np.int64))
+        self._plan = _Plan(self.splits, self.stagger, g.rank)
         self._fp = _fingerprint(self.splits, self.stagger)
-        self._templates: dict[tuple[int, int], np.ndarray] = {}
+        self._agreed = g.size == 1
+        self._templates: dict[tuple[int, int, int], np.ndarray] = {}
         self._fingerprints: dict[tuple[Any, ...], int] = {}
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def __call__(self, kja: KeyedJaggedArray) -> KJTAllToAllAwaitable:
         """Start the exchange of ``kja``; the returned handle's ``wait()`` gives this rank's output.
+
+        The first call on a KJTAllToAll also checks, with one small ``Allreduce``, that every rank
+        built it with the same splits and stagger (so call it on every rank of the group).
 
         Raises:
             ArgumentTypeError: ``kja`` is not a KeyedJaggedArray.
@@ -330,27 +343,47 @@ class KJTAllToAll:
                 f"{fn}: the input is a {type(kja).__qualname__}; expected a KeyedJaggedArray"
             )
         w = kja.weights()
-        flags = (_VBE if kja.variable_stride_per_key() else 0) | (_WEIGHTED if w is not None else 0)
-        v, lens = kja.values(), kja.lengths()
-        key = (lens.dtype, v.dtype, v.shape[1:], None if w is None else (w.dtype, w.shape[1:]))
-        fp = self._fingerprints.get(key)
-        if fp is None:
-            fp = self._fingerprints[key] = _fingerprint(*self._dtypes(kja))
+        flags, fp = self._describe(kja)
         if validation._Flag.on:
             dtypes = self._dtypes(kja)
             agree = {"splits": self.splits, "stagger": self.stagger, "keys": kja.keys(), "dtypes": dtypes}
             validation.check(
                 g, fn, {**agree, "weighted": w is not None, "vbe": kja.variable_stride_per_key()}
             )
-        nkeys = len(kja.keys())
-        if nkeys != int(self._bounds[-1]):
+        nkeys = len(kja._keys)
+        if nkeys != self._plan.nkeys:
             raise ArgumentError(
-                f"{fn}: the KeyedJaggedArray has {nkeys} keys; expected {int(self._bounds[-1])}, "
+                f"{fn}: the KeyedJaggedArray has {nkeys} keys; expected {self._plan.nkeys}, "
                 f"the sum of splits {self.splits}"
             )
         if g.size == 1:
             return KJTAllToAllAwaitable(completed(), [kja])
+        if not self._agreed:
+            self._agree()
         return self._start(kja, flags, fp)
+
+    def _agree(self) -> None:
+        """Check once that every rank has the same splits and stagger (the counts message's width)."""
+        mine = np.array([self._fp, -self._fp], dtype=np.int64)
+        both = np.empty_like(mine)
+        self.group.internal.Allreduce([mine, _mpi.MPI.INT64_T], [both, _mpi.MPI.INT64_T], op=_mpi.MPI.MAX)
+        if both[0] != -both[1]:
+            raise CrossRankMismatchError(
+                f"KJTAllToAll: ranks disagree about splits or stagger (this rank: splits {self.splits}, "
+                f"stagger {self.stagger}); expected the same on every rank"
+            )
+        self._agreed = True
+
+    def _describe(self, kja: KeyedJaggedArray) -> tuple[int, int]:
+        """The flags (VBE, weighted) and the dtype fingerprint of ``kja`` for the counts message."""
+        w = kja.weights()
+        flags = (_VBE if kja.variable_stride_per_key() else 0) | (_WEIGHTED if w is not None else 0)
+        v, lens = kja.values(), kja.lengths()
+        key = (lens.dtype, v.dtype, v.shape[1:], None if w is None else (w.dtype, w.shape[1:]))
+        fp = self._fingerprints.get(key)
+        if fp is None:
+            fp = self._fingerprints[key] = _fingerprint(*self._dtypes(kja))
+        return flags, fp
 
     @staticmethod
     def _dtypes(kja: KeyedJaggedArray) -> tuple[Any, ...]:
@@ -364,167 +397,312 @@ class KJTAllToAll:
         )
 
     def _start(self, kja: KeyedJaggedArray, flags: int, fp: int) -> KJTAllToAllAwaitable:
-        g, b = self.group, self._bounds
+        """Exchange the counts (per destination and per key), then post the data messages."""
+        header, rows, values = self._counts(kja, flags, fp)
+        got = _exchange_header(self.group, header, "KJTAllToAll")
+        # every rank sees every rank's total, so every rank takes the same path
+        total = int(got[:, _TOTAL].sum())
+        if row_size(kja.values()) and total >= _Placement.min_values * self._plan.size:
+            return self._start_in_place(kja, header, got, rows, values, flags)
+        return self._start_gather(kja, header, got, flags)
+
+    def _counts(
+        self, kja: KeyedJaggedArray, flags: int, fp: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The counts message, and where each destination's rows and values start in ``kja``."""
+        plan = self._plan
         if flags & _VBE:
             spk = np.asarray(kja.stride_per_key(), dtype=np.int64)
-            rows = _exclusive_cumsum(spk)[b]
-            bounds = np.asarray(kja.offset_per_key(), dtype=np.int64)[b]
-        else:
-            spk = None
-            rows = b * kja.stride()
-            bounds = kja.offsets()[rows]
-        header = self._template(flags, fp)
-        np.subtract(rows[1:], rows[:-1], out=header[:, _ROWS])
-        np.subtract(bounds[1:], bounds[:-1], out=header[:, _VALUES])
-        header[:, _STRIDE] = kja.stride()
+            key_rows = _exclusive_cumsum(spk)
+            header = self._template(flags, fp, -1)
+            header[:, _STRIDE] = kja.stride()
+            header.reshape(-1)[plan.row_slots] = spk
+            rows = key_rows[plan.bounds]
+            np.subtract(rows[1:], rows[:-1], out=header[:, _ROWS])
+        else:  # everything about rows follows from the stride: cached with the template
+            key_rows, rows = self._key_rows(kja.stride())
+            header = self._template(flags, fp, kja.stride())
+        key_values = kja.offsets()[key_rows]
+        header.reshape(-1)[plan.value_slots] = key_values[1:] - key_values[:-1]
+        values = key_values[plan.bounds]
+        np.subtract(values[1:], values[:-1], out=header[:, _VALUES])
         header[:, _TOTAL] = kja.values().shape[0]
-        got = _exchange_header(g, header, "KJTAllToAll")
-        # every rank sees every rank's total, so every rank takes the same path
-        if row_size(kja.values()) and int(got[:, _TOTAL].sum()) >= _Placement.min_values * g.size:
-            if spk is None:
-                spk = np.full(len(kja.keys()), kja.stride(), dtype=np.int64)
-            return self._start_in_place(kja, header, got, spk, flags)
-        return self._start_gather(kja, header, got, spk, flags)
+        return header, rows, values
 
-    def _template(self, flags: int, fp: int) -> np.ndarray:
-        """A fresh header with the columns that are fixed for these flags and dtypes filled in."""
-        template = self._templates.get((flags, fp))
+    def _key_rows(self, stride: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where each key's rows start, and each destination's, for ``stride`` slots per key."""
+        cached = self._rows.get(stride)
+        if cached is None:
+            key_rows = np.arange(self._plan.nkeys + 1, dtype=np.int64) * stride
+            cached = self._rows[stride] = (key_rows, key_rows[self._plan.bounds])
+        return cached
+
+    def _template(self, flags: int, fp: int, stride: int) -> np.ndarray:
+        """A fresh header with the columns fixed by these flags, dtypes and stride (-1: VBE) filled in."""
+        template = self._templates.get((flags, fp, stride))
         if template is None:
-            template = np.zeros((self.group.size, _HEADER), dtype=np.int64)
+            plan = self._plan
+            template = np.zeros((plan.size, plan.width), dtype=np.int64)
             template[:, _FLAGS], template[:, _DTYPES], template[:, _SPLITS] = flags, fp, self._fp
-            self._templates[(flags, fp)] = template
+            if stride >= 0:
+                template[:, _STRIDE] = stride
+                template.reshape(-1)[plan.row_slots] = stride
+                rows = self._key_rows(stride)[1]
+                template[:, _ROWS] = rows[1:] - rows[:-1]
+            if len(self._templates) >= 64:
+                self._templates.clear()
+            self._templates[(flags, fp, stride)] = template
         fresh: np.ndarray = template.copy()
         return fresh
 
+    def _output(
+        self,
+        kja: KeyedJaggedArray,
+        got: np.ndarray,
+        lengths: np.ndarray,
+        values: np.ndarray,
+        weights: np.ndarray | None,
+        flags: int,
+    ) -> KeyedJaggedArray:
+        """This rank's output from arrays already in (key, source) order."""
+        keys = kja._keys[self._plan.key_range]
+        if not flags & _VBE:
+            stride = int(got[:, _STRIDE].sum())
+            return KeyedJaggedArray._trusted(keys, values, lengths, weights, stride, None)
+        table = self._plan.rows(got).T[:, self._plan.order]
+        stride = int(table.sum(axis=1).max()) if table.size else 0
+        return KeyedJaggedArray._trusted(keys, values, lengths, weights, stride, table.tolist())
+
     def _start_gather(
-        self, kja: KeyedJaggedArray, header: np.ndarray, got: np.ndarray, spk: np.ndarray | None, flags: int
+        self, kja: KeyedJaggedArray, header: np.ndarray, got: np.ndarray, flags: int
     ) -> KJTAllToAllAwaitable:
-        """Small exchanges: Ialltoallv into (source, key) order, then one gather per array in wait()."""
-        g, b = self.group, self._bounds
-        lens, vals, w = kja.lengths(), send_view(kja.values()), kja.weights()
-        nl = self.splits[g.rank]
-        recv = [np.empty(int(got[:, _ROWS].sum()), dtype=lens.dtype)]
-        recv.append(np.empty((int(got[:, _VALUES].sum()), *vals.shape[1:]), dtype=vals.dtype))
+        """Small exchanges: one Ialltoallv per array into (source, key) order, one gather each in wait()."""
+        g, plan = self.group, self._plan
+        lens, vals, w = send_view(kja.lengths()), send_view(kja.values()), kja.weights()
+        recv_rows, recv_values = got[:, _ROWS], got[:, _VALUES]
+        recv = [np.empty(int(recv_rows.sum()), dtype=lens.dtype)]
+        recv.append(np.empty((int(recv_values.sum()), *vals.shape[1:]), dtype=vals.dtype))
         requests = [
-            _alltoallv(g, send_view(lens), header[:, _ROWS], recv[0], got[:, _ROWS]),
-            _alltoallv(g, vals, header[:, _VALUES], recv[1], got[:, _VALUES]),
+            _alltoallv(g, lens, header[:, _ROWS], recv[0], recv_rows),
+            _alltoallv(g, vals, header[:, _VALUES], recv[1], recv_values),
         ]
         if w is not None:
             w = send_view(w)
             recv.append(np.empty((recv[1].shape[0], *w.shape[1:]), dtype=w.dtype))
-            requests.append(_alltoallv(g, w, header[:, _VALUES], recv[2], got[:, _VALUES]))
-        if spk is not None:  # VBE
-            recv.append(np.empty(nl * g.size, dtype=np.int64))
-            requests.append(_alltoallv(g, spk, self.splits, recv[-1], [nl] * g.size))
+            requests.append(_alltoallv(g, w, header[:, _VALUES], recv[2], recv_values))
+        # the gather indices depend only on the counts: build them while the data moves
+        rows, vidx = _recat_index(plan.rows(got), plan.values(got), plan.order)
         out: list[KeyedJaggedArray] = []
-        keys = kja.keys()[b[g.rank] : b[g.rank + 1]]
 
         def finish() -> None:
-            strides = recv[-1].reshape(g.size, nl) if flags & _VBE else None
-            weights = recv[2] if w is not None else None
-            out.append(_recat(keys, recv[0], recv[1], weights, got[:, _STRIDE], strides, self._order))
+            lengths, values, weights = _apply(
+                rows, vidx, recv[0], recv[1], recv[2] if w is not None else None
+            )
+            out.append(self._output(kja, got, lengths, values, weights, flags))
 
-        work = Work(requests, keep=(kja, header, spk, recv), finish=finish)
+        work = Work(requests, keep=(kja, header, recv), finish=finish)
         return KJTAllToAllAwaitable(work, out)
 
     def _start_in_place(
-        self, kja: KeyedJaggedArray, header: np.ndarray, got: np.ndarray, spk: np.ndarray, flags: int
+        self,
+        kja: KeyedJaggedArray,
+        header: np.ndarray,
+        got: np.ndarray,
+        rows: np.ndarray,
+        values: np.ndarray,
+        flags: int,
     ) -> KJTAllToAllAwaitable:
         """Large exchanges: MPI writes every (source, key) segment straight to its (key, source) place.
 
-        One more small Alltoallv brings the per-key counts; then one Ialltoallw per array, whose
-        receive datatype for each source is an indexed type listing where that source's segments
-        go. There is no recat copy at all.
+        One Ialltoallw per array, whose receive datatype for each source is an indexed type listing
+        where that source's segments go. There is no recat copy at all.
         """
-        g, b, me = self.group, self._bounds, self.group.rank
-        nl, vbe = self.splits[me], bool(flags & _VBE)
-        per_key = np.diff(np.asarray(kja.offset_per_key(), dtype=np.int64))
-        send = np.ascontiguousarray(np.stack([per_key, spk], axis=1) if vbe else per_key[:, None])
-        width = send.shape[1]
-        counts = np.empty((g.size, nl, width), dtype=np.int64)
-        _alltoallv(g, send, self.splits, counts, [nl] * g.size).Wait()
-        values_sk = counts[:, :, 0]
-        rows_sk = counts[:, :, 1] if vbe else np.repeat(got[:, _STRIDE][:, None], nl, axis=1)
+        g, plan = self.group, self._plan
         lens, vals, w = send_view(kja.lengths()), send_view(kja.values()), kja.weights()
-        arrays = [(lens, header[:, _ROWS], rows_sk), (vals, header[:, _VALUES], values_sk)]
+        seg, at, totals = _key_major(plan.segments(got), plan.order, plan.position)
+        arrays = [(lens, header[:, _ROWS], rows, 0), (vals, header[:, _VALUES], values, 1)]
         if w is not None:
-            arrays.append((send_view(w), header[:, _VALUES], values_sk))
+            arrays.append((send_view(w), header[:, _VALUES], values, 1))
         recv, requests, types = [], [], []
-        for x, sent, seg in arrays:
-            out_x, request, made = _place(g, x, sent, seg, self._order)
+        for x, sent, first, a in arrays:
+            out_x, request, made = _place(
+                g, x, sent, first, [s[a] for s in seg], [s[a] for s in at], totals[a]
+            )
             recv.append(out_x)
             requests.append(request)
             types += made
         out: list[KeyedJaggedArray] = []
-        keys = kja.keys()[b[me] : b[me + 1]]
 
         def finish() -> None:
             for t in types:
                 t.Free()
-            weights = recv[2] if w is not None else None
-            if not vbe:
-                stride = int(got[:, _STRIDE].sum())
-                out.append(KeyedJaggedArray._trusted(keys, recv[1], recv[0], weights, stride, None))
-                return
-            table = rows_sk.T[:, self._order]
-            stride = int(table.sum(axis=1).max()) if nl else 0
-            out.append(KeyedJaggedArray._trusted(keys, recv[1], recv[0], weights, stride, table.tolist()))
+            out.append(self._output(kja, got, recv[0], recv[1], recv[2] if w is not None else None, flags))
 
-        work = Work(requests, keep=(kja, header, counts, arrays, recv), finish=finish)
+        work = Work(requests, keep=(kja, header, arrays, recv), finish=finish)
         return KJTAllToAllAwaitable(work, out)
 
 
+class _Plan:
+    """What a KJTAllToAll computes once from its splits: where each key's counts go in the header.
+
+    The counts message has one row per destination: the fixed columns, then ``maxk`` batch-slot
+    counts and ``maxk`` value counts (``maxk`` = the largest split), one per key of that destination.
+    """
+
+    def __init__(self, splits: list[int], stagger: int, rank: int) -> None:
+        size = len(splits)
+        self.size, self.nkeys, self.maxk = size, sum(splits), max(splits, default=0)
+        self.width = _HEADER + 2 * self.maxk
+        self.bounds = _exclusive_cumsum(np.asarray(splits, dtype=np.int64))
+        dest = np.repeat(np.arange(size, dtype=np.int64), splits)
+        slot = dest * self.width + _HEADER + np.arange(self.nkeys, dtype=np.int64) - self.bounds[dest]
+        self.row_slots, self.value_slots = slot, slot + self.maxk
+        self.key_range = slice(int(self.bounds[rank]), int(self.bounds[rank + 1]))
+        self.mine = splits[rank]
+        n = size // stagger
+        self.order = np.array([x + n * y for x in range(n) for y in range(stagger)], dtype=np.int64)
+        self.position = np.argsort(self.order)  # column of source s in the output order
+
+    def segments(self, got: np.ndarray) -> np.ndarray:
+        """``[source, 0 or 1, key]``: batch slots (0) and values (1) of this rank's segments."""
+        return got[:, _HEADER:].reshape(self.size, 2, self.maxk)[:, :, : self.mine]
+
+    def rows(self, got: np.ndarray) -> np.ndarray:
+        """Batch slots of segment (source, key) for this rank's keys, from the received counts."""
+        return got[:, _HEADER : _HEADER + self.mine]
+
+    def values(self, got: np.ndarray) -> np.ndarray:
+        """Values of segment (source, key) for this rank's keys, from the received counts."""
+        return got[:, _HEADER + self.maxk : _HEADER + self.maxk + self.mine]
+
+
+def _key_major(
+    seg: np.ndarray, order: np.ndarray, position: np.ndarray
+) -> tuple[list[list[list[int]]], list[list[list[int]]], list[int]]:
+    """Sizes and output starts of segments ``seg[s, a, k]`` laid out by key, then source in ``order``.
+
+    ``a`` counts separate arrays (rows, values) laid out independently, each in its own output.
+
+    Returns:
+        ``seg`` and the starts as nested lists ``[s][a][k]`` (MPI's indexed-type arguments), and
+        each array's total.
+
+    Example:
+        >>> seg, at, total = _key_major(np.array([[[1, 2]], [[3, 4]]]), np.arange(2), np.arange(2))
+        >>> at, total        # source 0's key 0 at 0, key 1 at 4; source 1's at 1 and 6
+        ([[[0, 4]], [[1, 6]]], [10])
+    """
+    size, arrays, nl = seg.shape
+    ordered = seg[order].transpose(1, 2, 0).reshape(arrays, nl * size)
+    ends = np.cumsum(ordered, axis=1)
+    at = (ends - ordered).reshape(arrays, nl, size)[:, :, position].transpose(2, 0, 1)
+    totals = ends[:, -1].tolist() if nl else [0] * arrays
+    return seg.tolist(), at.tolist(), totals
+
+
+#: Committed MPI datatypes for one row of each (dtype, row length): made once, kept for the process.
+_ROW_TYPES: dict[tuple[np.dtype[Any], int], Any] = {}
+
+
+def _row_type(dtype: np.dtype[Any], row: int) -> Any:
+    elem = datatype(dtype)
+    if row == 1:
+        return elem
+    made = _ROW_TYPES.get((dtype, row))
+    if made is None:
+        made = _ROW_TYPES[(dtype, row)] = elem.Create_contiguous(row).Commit()
+    return made
+
+
 def _place(
-    g: ProcessGroup, x: np.ndarray, sent: np.ndarray, seg: np.ndarray, order: np.ndarray
+    g: ProcessGroup,
+    x: np.ndarray,
+    sent: np.ndarray,
+    first: np.ndarray,
+    seg: list[list[int]],
+    at: list[list[int]],
+    total: int,
 ) -> tuple[np.ndarray, Any, list[Any]]:
-    """Post an Ialltoallw of ``x`` whose segment (s, k) of ``seg[s, k]`` rows lands in (key, source) order.
+    """Post an Ialltoallw of ``x`` whose segment (s, k) of ``seg[s][k]`` rows lands at ``at[s][k]``.
+
+    ``sent[d]`` rows of ``x`` from row ``first[d]`` go to rank d.
 
     Returns:
         The output array, the request and the datatypes to free once it completes.
     """
-    nl = seg.shape[1]
-    row, elem = row_size(x), datatype(x.dtype)
-    base = elem if row == 1 else elem.Create_contiguous(row).Commit()
-    made = [] if row == 1 else [base]
-    position = np.argsort(order)  # column of source s in the output order
-    ordered = seg[order, :].T  # (key, output column)
-    start = _exclusive_cumsum(ordered.reshape(-1))
-    displs = start[:-1].reshape(nl, seg.shape[0])[:, position].T  # (source, key)
-    out = np.empty((int(start[-1]), *x.shape[1:]), dtype=x.dtype)
-    if nl:
-        types = [
-            base.Create_indexed(seg[s].tolist(), displs[s].tolist()).Commit() for s in range(seg.shape[0])
-        ]
-        made += types
-        recv_counts = [1] * seg.shape[0]
+    base = _row_type(x.dtype, row_size(x))
+    size = len(seg)
+    out = np.empty((total, *x.shape[1:]), dtype=x.dtype)
+    if seg and seg[0]:
+        types = [base.Create_indexed(seg[s], at[s]).Commit() for s in range(size)]
+        made, recv_counts = types, [1] * size
     else:
-        types, recv_counts = [base] * seg.shape[0], [0] * seg.shape[0]
-    send_bytes = _exclusive_cumsum(np.asarray(sent, dtype=np.int64))[:-1] * (row * x.itemsize)
+        types, made, recv_counts = [base] * size, [], [0] * size
+    row_bytes = x.itemsize * row_size(x)
+    send_at = (first[:-1] * row_bytes).tolist()
     request = g.internal.Ialltoallw(
-        [x, (np.asarray(sent).tolist(), send_bytes.tolist()), [base] * seg.shape[0]],
-        [out, (recv_counts, [0] * seg.shape[0]), types],
+        [x, (sent.tolist(), send_at), [base] * size],
+        [out, (recv_counts, [0] * size), types],
     )
     return out, request, made
 
 
-#: Row permutations of the recat, by (keys, segment rows, source order); None for the identity.
-_ROW_PERMS: dict[tuple[int, bytes, bytes], np.ndarray | None] = {}
+#: Recat indices by (segment rows, source order): the cell order and the row index, which repeat from
+#: call to call; (None, None) when the order is already right.
+_RECAT: dict[tuple[Any, ...], tuple[np.ndarray | None, np.ndarray | None]] = {}
 
 
-def _row_permutation(nk: int, seg: np.ndarray, order: np.ndarray) -> np.ndarray | None:
-    """Source rows in output order, for segments of ``seg[s, k]`` rows (cached: the layout repeats)."""
-    key = (nk, seg.tobytes(), order.tobytes())
-    if key in _ROW_PERMS:
-        return _ROW_PERMS[key]
-    flat = seg.reshape(-1)
-    perm = (order[None, :] * nk + np.arange(nk)[:, None]).reshape(-1)
-    rows: np.ndarray | None = None
-    if nk and not np.array_equal(perm, np.arange(perm.size)):
-        rows = _segment_index(_exclusive_cumsum(flat)[:-1][perm], flat[perm])
-    if len(_ROW_PERMS) >= 256:
-        _ROW_PERMS.clear()
-    _ROW_PERMS[key] = rows
-    return rows
+def _recat_index(
+    rows_sk: np.ndarray, values_sk: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Gather indices that put (source, key) segments of rows and of values in (key, source) order.
+
+    ``rows_sk[s, k]`` batch slots and ``values_sk[s, k]`` values make up segment (s, k). The row
+    index depends only on the slots, so it is cached; the value index is built from the
+    per-segment value counts (no pass over the lengths).
+
+    Returns:
+        The row index and the value index, or (None, None) when the order is already right.
+
+    Example:
+        >>> rows, vidx = _recat_index(np.array([[1, 1], [1, 1]]), np.array([[2, 0], [1, 3]]), np.arange(2))
+        >>> rows.tolist(), vidx.tolist()     # key 0 of source 0, key 0 of source 1, key 1 of ...
+        ([0, 2, 1, 3], [0, 1, 2, 3, 4, 5])
+    """
+    key = (rows_sk.shape, np.ascontiguousarray(rows_sk).tobytes(), order.tobytes())
+    cached = _RECAT.get(key)
+    if cached is None:
+        nk = rows_sk.shape[1]
+        perm = (order[None, :] * nk + np.arange(nk)[:, None]).reshape(-1)
+        if np.array_equal(perm, np.arange(perm.size)):
+            cached = (None, None)
+        else:
+            cached = (perm, _gather_index(rows_sk.reshape(-1), perm))
+        if len(_RECAT) >= 256:
+            _RECAT.clear()
+        _RECAT[key] = cached
+    perm, rows = cached
+    if perm is None or rows is None:
+        return None, None
+    return rows, _gather_index(values_sk.reshape(-1), perm)
+
+
+def _gather_index(sizes: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """The index that reads segments of ``sizes`` (laid end to end) in the order ``perm``."""
+    return _segment_index(_exclusive_cumsum(sizes)[:-1][perm], sizes[perm])
+
+
+def _apply(
+    rows: np.ndarray | None,
+    vidx: np.ndarray | None,
+    lengths: np.ndarray,
+    values: np.ndarray,
+    weights: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Gather lengths by ``rows`` and values and weights by ``vidx`` (both None: unchanged)."""
+    if rows is None or vidx is None:
+        return lengths, values, weights
+    return lengths[rows], values[vidx], None if weights is None else weights[vidx]
 
 
 def _recat(
@@ -536,21 +714,19 @@ def _recat(
     strides: np.ndarray | None,
     order: np.ndarray,
 ) -> KeyedJaggedArray:
-    """Reorder the received ``(source, key)`` segments into ``(key, source)`` order with one gather each.
+    """Reorder received ``(source, key)`` segments into ``(key, source)`` order (a pure function).
 
-    ``strides[s, k]`` (VBE) or ``stride_per_rank[s]`` is the number of batch slots of segment (s, k).
-    The row permutation depends only on that layout, which repeats from call to call, so it is
-    cached; the values follow their rows through one gather index built from the lengths.
+    ``strides[s, k]`` (VBE) or ``stride_per_rank[s]`` is the number of batch slots of segment
+    (s, k). This is the gather path's reorder fed with what MPI delivers; the value counts per
+    segment, which KJTAllToAll has from the counts message, are summed from the lengths here.
     """
-    nk = len(keys)
+    nk, size = len(keys), stride_per_rank.shape[0]
     seg = strides if strides is not None else np.repeat(stride_per_rank[:, None], nk, axis=1)
-    rows = _row_permutation(nk, seg, order)
-    if rows is not None:
-        starts = _exclusive_cumsum(lengths)[rows]
-        lengths = lengths[rows]
-        vidx = _segment_index(starts, lengths)
-        values = values[vidx]
-        weights = None if weights is None else weights[vidx]
+    ends = np.cumsum(seg.reshape(-1))
+    cum = _exclusive_cumsum(lengths)
+    values_sk = (cum[ends] - cum[ends - seg.reshape(-1)]).reshape(size, nk)
+    rows, vidx = _recat_index(seg, values_sk, order)
+    lengths, values, weights = _apply(rows, vidx, lengths, values, weights)
     if strides is None:
         return KeyedJaggedArray._trusted(keys, values, lengths, weights, int(stride_per_rank.sum()), None)
     table = strides.T[:, order]
