@@ -4,9 +4,10 @@ Both run in two steps, as torchrec's ``KJTAllToAll`` does: one ``Alltoall`` of i
 label's counts in one message), then the data, all posted before the call returns. The counts
 message also carries fingerprints of the dtypes, flags and splits, so ranks that disagree about them
 get the same :class:`~mpicomm.CrossRankMismatchError` on every rank instead of a hang or garbage,
-even without validation mode. ``KJTAllToAll`` moves large data with ``Ialltoallw`` and indexed
-receive datatypes that put each (source, key) segment in its final (key, source) place; small data
-with ``Ialltoallv`` and a vectorised numpy gather (the recat) in ``wait()``.
+even without validation mode. ``KJTAllToAll`` also sends the counts of every key in that message, so
+each rank knows every (source, key) segment before the data moves: it then receives with
+``Ialltoallw`` and indexed datatypes that put each segment in its final (key, source) place, or, for
+small data, with ``Ialltoallv`` and a vectorised numpy gather (the recat) in ``wait()``.
 """
 
 from __future__ import annotations
