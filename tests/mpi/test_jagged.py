@@ -287,6 +287,20 @@ def test_splits_that_differ_between_ranks_fail_on_every_rank(world: mpicomm.Proc
         KJTAllToAll(splits)(mine)
 
 
+@pytest.mark.mpi(min_size=3)
+def test_two_agreed_exchanges_used_crosswise_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
+    # each object passes its first-call agreement check; then rank 0 uses the other one
+    keys = ["A", "B"]
+    mine = KeyedJaggedArray(keys, np.zeros(2), np.ones(2, np.int64))
+    first = KJTAllToAll([1, 1] + [0] * (world.size - 2))
+    second = KJTAllToAll([1, 0, 1] + [0] * (world.size - 3))
+    assert first(mine).wait().values().tolist() == ([0.0] * world.size if world.rank < 2 else [])
+    assert second(mine).wait().keys() == (["A"] if world.rank == 0 else ["B"] if world.rank == 2 else [])
+    with pytest.raises(CrossRankMismatchError, match="KJTAllToAll: ranks disagree about splits or stagger"):
+        (second if world.rank == 0 else first)(mine)
+    assert first(mine).wait().stride() == world.size  # the group is still usable
+
+
 @pytest.mark.mpi(min_size=2)
 def test_dtypes_or_weights_that_differ_between_ranks_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
     dtype = np.float32 if world.rank else np.float64
