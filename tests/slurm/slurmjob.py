@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,8 +111,23 @@ class Job:
         )
 
 
+#: What slurmstepd writes when its pmi2 plugin misreads a PMI-1 request of the MPICH wheel's start-up
+#: (a long segmented "put" read in pieces, seen under load in about 1 of 10 CI runs; docs/jobs.rst).
+#: The ranks then wait in MPI_Init forever, before any mpicomm code runs.
+GARBLED_PMI = "mpi/pmi2: invalid client request"
+
+
+class GarbledPmiStartupError(Exception):
+    """The job's MPI start-up hit Slurm's PMI request misread (:data:`GARBLED_PMI`)."""
+
+
 def wait(job_id: str, output: Path, timeout: float = 150.0) -> Job:
-    """Poll ``scontrol show job`` every 0.5 s until the job ends; scancel it after ``timeout`` s."""
+    """Poll ``scontrol show job`` every 0.5 s until the job ends; scancel it after ``timeout`` s.
+
+    Raises:
+        GarbledPmiStartupError: the output shows Slurm's PMI misread (the job is cancelled at once).
+        AssertionError: the job ran past ``timeout``.
+    """
     deadline = time.monotonic() + timeout
     while True:
         record = run(["scontrol", "show", "job", "-o", job_id]).strip()
@@ -120,10 +136,17 @@ def wait(job_id: str, output: Path, timeout: float = 150.0) -> Job:
             code, _, signal = _field(record, "ExitCode").partition(":")
             exit_code = 128 + int(signal) if signal and int(signal) else int(code or 0)
             return Job(job_id, state, exit_code, output, record)
+        if output.exists() and GARBLED_PMI in output.read_text(errors="replace"):
+            subprocess.run(["scancel", job_id], check=False)
+            raise GarbledPmiStartupError(f"job {job_id}: {GARBLED_PMI} (see {output})")
         if time.monotonic() > deadline:
             subprocess.run(["scancel", job_id], check=False)
             raise AssertionError(f"job {job_id} still {state} after {timeout} s: cancelled\n{record}")
         time.sleep(0.5)
+
+
+#: Submissions of one job before a garbled PMI start-up fails the test.
+PMI_ATTEMPTS = 3
 
 
 def submit(
@@ -141,9 +164,19 @@ def submit(
     JOB_DIR.mkdir(parents=True, exist_ok=True)
     PROBE_DIR.mkdir(parents=True, exist_ok=True)
     argv = ["sbatch", "--parsable", f"--output={JOB_DIR}/%x-%j.out", *options, str(script)]
-    job_id = run(argv, env=env).strip().split(";")[0]
-    record = run(["scontrol", "show", "job", "-o", job_id]).strip()
-    return wait(job_id, Path(_field(record, "StdOut")), timeout)
+    last: GarbledPmiStartupError | None = None
+    for attempt in range(PMI_ATTEMPTS):
+        job_id = run(argv, env=env).strip().split(";")[0]
+        record = run(["scontrol", "show", "job", "-o", job_id]).strip()
+        try:
+            return wait(job_id, Path(_field(record, "StdOut")), timeout)
+        except GarbledPmiStartupError as exc:
+            # Slurm's bug, not ours: submit again, and say so in the test report
+            warnings.warn(f"{exc}; attempt {attempt + 1} of {PMI_ATTEMPTS}", stacklevel=2)
+            last = exc
+    raise AssertionError(
+        f"{script.name}: MPI start-up garbled by Slurm's pmi2 plugin {PMI_ATTEMPTS} times: {last}"
+    )
 
 
 def sbatch_directives(script: Path) -> dict[str, str]:
