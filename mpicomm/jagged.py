@@ -28,7 +28,7 @@ from .work import Work, completed
 __all__ = ["JaggedResult", "KJTAllToAll", "KJTAllToAllAwaitable", "KeyedJaggedArray", "jagged_all_to_all"]
 
 # Per-destination int64 fields of the counts message. The first three must be equal on every rank.
-# KJTAllToAll appends, per destination, the value counts and then the batch slots of each of that
+# KJTAllToAll appends, per destination, the batch slots and then the value counts of each of that
 # destination's keys, both padded to the largest split: the receiver learns every (source, key)
 # segment from this one message.
 _FLAGS, _DTYPES, _SPLITS, _ROWS, _VALUES, _STRIDE, _TOTAL = range(7)
@@ -343,14 +343,11 @@ class KJTAllToAll:
             raise ArgumentTypeError(
                 f"{fn}: the input is a {type(kja).__qualname__}; expected a KeyedJaggedArray"
             )
-        w = kja.weights()
         flags, fp = self._describe(kja)
         if validation._Flag.on:
             dtypes = self._dtypes(kja)
             agree = {"splits": self.splits, "stagger": self.stagger, "keys": kja.keys(), "dtypes": dtypes}
-            validation.check(
-                g, fn, {**agree, "weighted": w is not None, "vbe": kja.variable_stride_per_key()}
-            )
+            validation.check(g, fn, {**agree, "weighted": bool(flags & _WEIGHTED), "vbe": bool(flags & _VBE)})
         nkeys = len(kja._keys)
         if nkeys != self._plan.nkeys:
             raise ArgumentError(
@@ -466,13 +463,10 @@ class KJTAllToAll:
         flags: int,
     ) -> KeyedJaggedArray:
         """This rank's output from arrays already in (key, source) order."""
-        keys = kja._keys[self._plan.key_range]
-        if not flags & _VBE:
-            stride = int(got[:, _STRIDE].sum())
-            return KeyedJaggedArray._trusted(keys, values, lengths, weights, stride, None)
-        table = self._plan.rows(got).T[:, self._plan.order]
-        stride = int(table.sum(axis=1).max()) if table.size else 0
-        return KeyedJaggedArray._trusted(keys, values, lengths, weights, stride, table.tolist())
+        plan = self._plan
+        strides = plan.rows(got) if flags & _VBE else None
+        keys = kja._keys[plan.key_range]
+        return _keyed(keys, lengths, values, weights, got[:, _STRIDE], strides, plan.order)
 
     def _start_gather(
         self, kja: KeyedJaggedArray, header: np.ndarray, got: np.ndarray, flags: int
@@ -570,11 +564,11 @@ class _Plan:
 
     def rows(self, got: np.ndarray) -> np.ndarray:
         """Batch slots of segment (source, key) for this rank's keys, from the received counts."""
-        return got[:, _HEADER : _HEADER + self.mine]
+        return self.segments(got)[:, 0]
 
     def values(self, got: np.ndarray) -> np.ndarray:
         """Values of segment (source, key) for this rank's keys, from the received counts."""
-        return got[:, _HEADER + self.maxk : _HEADER + self.maxk + self.mine]
+        return self.segments(got)[:, 1]
 
 
 def _key_major(
@@ -728,8 +722,25 @@ def _recat(
     values_sk = (cum[ends] - cum[ends - seg.reshape(-1)]).reshape(size, nk)
     rows, vidx = _recat_index(seg, values_sk, order)
     lengths, values, weights = _apply(rows, vidx, lengths, values, weights)
+    return _keyed(keys, lengths, values, weights, stride_per_rank, strides, order)
+
+
+def _keyed(
+    keys: list[str],
+    lengths: np.ndarray,
+    values: np.ndarray,
+    weights: np.ndarray | None,
+    stride_per_rank: np.ndarray,
+    strides: np.ndarray | None,
+    order: np.ndarray,
+) -> KeyedJaggedArray:
+    """The output KeyedJaggedArray from arrays already in (key, source) order.
+
+    Its stride is the sum of the source strides, or under VBE (``strides[s, k]`` slots) the largest
+    per-key total, with the ``[key][source]`` table in source ``order``.
+    """
     if strides is None:
         return KeyedJaggedArray._trusted(keys, values, lengths, weights, int(stride_per_rank.sum()), None)
     table = strides.T[:, order]
-    stride = int(table.sum(axis=1).max()) if nk else 0
+    stride = int(table.sum(axis=1).max()) if table.size else 0
     return KeyedJaggedArray._trusted(keys, values, lengths, weights, stride, table.tolist())
