@@ -13,22 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from .alltoall import all_to_all, all_to_all_single
-from .collectives import (
-    all_gather,
-    all_gather_into_tensor,
-    all_gather_single,
-    all_reduce,
-    barrier,
-    broadcast,
-    gather,
-    reduce,
-    reduce_scatter,
-    reduce_scatter_single,
-    reduce_scatter_tensor,
-    scatter,
-)
-from .comm import (
+from .core.groups import (
     ProcessGroup,
     destroy_process_group,
     get_global_rank,
@@ -40,6 +25,21 @@ from .comm import (
     new_group,
     new_node_group,
 )
+from .core.reduce_op import ReduceOp
+from .core.validation import is_validation_enabled, set_validation
+from .core.work import Work
+from .dense.alltoall import all_to_all, all_to_all_single
+from .dense.gathers import all_gather, all_gather_into_tensor, all_gather_single, gather, scatter
+from .dense.p2p import irecv, isend, recv, send
+from .dense.reductions import (
+    all_reduce,
+    barrier,
+    broadcast,
+    reduce,
+    reduce_scatter,
+    reduce_scatter_single,
+    reduce_scatter_tensor,
+)
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -49,21 +49,22 @@ from .errors import (
     MpicommError,
     ReductionTypeError,
 )
-from .jagged import JaggedResult, KJTAllToAll, KJTAllToAllAwaitable, jagged_all_to_all
-from .keyed import KeyedJaggedArray
-from .object_p2p import recv_object_list, send_object_list
-from .objects import all_gather_object, broadcast_object_list, gather_object, scatter_object_list
-from .p2p import irecv, isend, recv, send
-from .pickling import (
+from .jagged import JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable, jagged_all_to_all
+from .objects import (
+    all_gather_object,
+    broadcast_object_list,
+    gather_object,
+    recv_object_list,
+    scatter_object_list,
+    send_object_list,
+)
+from .objects.pickling import (
     ObjectCollectiveError,
     UnpicklingRefusedError,
     allow_unpickle,
     is_safe_unpickling,
     set_safe_unpickling,
 )
-from .reduce_op import ReduceOp
-from .validation import is_validation_enabled, set_validation
-from .work import Work
 
 __version__ = "0.1.0"
 

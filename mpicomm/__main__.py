@@ -46,13 +46,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "demo":  # the demo parses its own options
-        from .demo import main as demo_main
+        from .apps.demo import main as demo_main
 
         return demo_main(args[1:])
     parser = _parser()
     command = parser.parse_args(args).command
     if command == "info":
-        from .info import main as info_main
+        from .apps.info import main as info_main
 
         return info_main()
     parser.print_help()

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, _mpi, buffers, cuda_aware, staging
-from .comm import get_rank, get_world_size, init
-from .errors import MpicommError
+from .. import __version__, _mpi
+from ..core import buffers
+from ..core.groups import get_rank, get_world_size, init
+from ..errors import MpicommError
+from ..gpu import cuda_aware, staging
 
 __all__ = ["collect", "main"]
 

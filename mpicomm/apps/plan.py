@@ -21,8 +21,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import ArgumentError, MpicommError
-from .planner import (
+from ..errors import ArgumentError, MpicommError
+from ..planner import (
     GreedyPerfPartitioner,
     JobShape,
     RankLayout,
@@ -33,7 +33,7 @@ from .planner import (
     render_sbatch,
     save_plan,
 )
-from .planner.io import Spec
+from ..planner.io import Spec
 
 __all__ = ["build_parser", "main"]
 

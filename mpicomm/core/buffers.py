@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _mpi
-from .errors import ArgumentError, ArgumentTypeError
+from .. import _mpi
+from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
     "Array",

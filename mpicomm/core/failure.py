@@ -17,10 +17,10 @@ import traceback
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from . import _mpi
+from .. import _mpi
 
 if TYPE_CHECKING:
-    from .comm import ProcessGroup
+    from .groups import ProcessGroup
 
 __all__ = ["install_abort_hook"]
 

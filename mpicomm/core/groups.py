@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _mpi
-from .errors import ArgumentError, ArgumentTypeError, GroupError
+from .. import _mpi
+from ..errors import ArgumentError, ArgumentTypeError, GroupError
+from . import failure, validation
 
 __all__ = [
     "ProcessGroup",
@@ -144,7 +145,6 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
     world = ProcessGroup(dup, list(range(dup.Get_size())), "world")
     _State.world = world
     _State.groups = [world]
-    from . import failure, validation
 
     validation.read_environment()
     if abort_on_exception is None:

@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from . import _mpi
+from .. import _mpi
+from ..errors import ArgumentTypeError, ReductionTypeError
 from .buffers import datatype
-from .errors import ArgumentTypeError, ReductionTypeError
 
 __all__ = ["ReduceOp"]
 

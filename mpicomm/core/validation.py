@@ -16,10 +16,10 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import CrossRankMismatchError
+from ..errors import CrossRankMismatchError
 
 if TYPE_CHECKING:
-    from .comm import ProcessGroup
+    from .groups import ProcessGroup
 
 __all__ = ["is_validation_enabled", "set_validation"]
 

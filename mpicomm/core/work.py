@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _mpi
-from .errors import CommunicationError
+from .. import _mpi
+from ..errors import CommunicationError
 
 __all__ = ["Work"]
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import validation
-from .buffers import (
+from ..core import validation
+from ..core.buffers import (
     as_int_list,
     check_array,
     check_array_list,
@@ -20,10 +20,10 @@ from .buffers import (
     row_size,
     send_view,
 )
-from .comm import ProcessGroup, resolve, warn_non_member
-from .errors import ArgumentError, ArgumentTypeError
+from ..core.groups import ProcessGroup, resolve, warn_non_member
+from ..core.work import Work
+from ..errors import ArgumentError, ArgumentTypeError
 from .exchange import ALL_TO_ALL, copy_own, exchange, finish
-from .work import Work
 
 __all__ = ["all_to_all", "all_to_all_single"]
 

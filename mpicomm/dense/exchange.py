@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _mpi
-from .buffers import datatype
-from .work import Work
+from .. import _mpi
+from ..core.buffers import datatype
+from ..core.work import Work
 
 if TYPE_CHECKING:
-    from .comm import ProcessGroup
+    from ..core.groups import ProcessGroup
 
 __all__ = ["ALL_GATHER", "ALL_TO_ALL", "GATHER", "REDUCE_SCATTER", "SCATTER", "exchange", "finish"]
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _mpi
-from .buffers import check_array, check_output, datatype, send_view
-from .comm import ProcessGroup, resolve, root_rank, warn_non_member
-from .errors import ArgumentError, ArgumentTypeError
-from .work import Work
+from .. import _mpi
+from ..core.buffers import check_array, check_output, datatype, send_view
+from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
+from ..core.work import Work
+from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["irecv", "isend", "recv", "send"]
 

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import _mpi
-from .errors import ArgumentError
+from .. import _mpi
+from ..errors import ArgumentError
 
 __all__ = [
     "ENV_VAR",

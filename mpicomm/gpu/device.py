@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _mpi
-from .comm import init
-from .errors import ArgumentError, ArgumentTypeError
+from .. import _mpi
+from ..core.groups import init
+from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
     "LOCAL_RANK_VARS",

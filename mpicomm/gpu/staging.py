@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
     "CHUNK_ENV_VAR",

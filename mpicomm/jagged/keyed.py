@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from .buffers import check_array
-from .errors import ArgumentError, ArgumentTypeError
+from ..core.buffers import check_array
+from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["KeyedJaggedArray"]
 

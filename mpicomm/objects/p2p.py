@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from . import _mpi
-from .comm import ProcessGroup, warn_non_member
-from .errors import ArgumentError
-from .object_wire import I8, TAG, U8, as_bytes, raise_first, recv_bytes, send_bytes
-from .objects import _list_problem, _message, _pickle_list, _start, _unpickle
-from .p2p import _peer
+from .. import _mpi
+from ..core.groups import ProcessGroup, warn_non_member
+from ..dense.p2p import _peer
+from ..errors import ArgumentError
+from .messages import _list_problem, _message, _pickle_list, _start, _unpickle
+from .wire import I8, TAG, U8, as_bytes, raise_first, recv_bytes, send_bytes
 
 __all__ = ["recv_object_list", "send_object_list"]
 

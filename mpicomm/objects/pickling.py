@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .errors import ArgumentError, ArgumentTypeError, MpicommError
+from ..errors import ArgumentError, ArgumentTypeError, MpicommError
 
 __all__ = [
     "ObjectCollectiveError",

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _mpi
-from .buffers import displacements
+from .. import _mpi
+from ..core.buffers import displacements
 from .pickling import KINDS
 
 if TYPE_CHECKING:
-    from .comm import ProcessGroup
+    from ..core.groups import ProcessGroup
 
 __all__ = [
     "CHUNK",

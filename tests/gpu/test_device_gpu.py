@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import mpicomm
-from mpicomm import device
+from mpicomm.gpu import device
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,7 @@ def test_bind_device_counts_only_the_visible_devices() -> None:
     got = _child(
         """
         import json, cupy
-        from mpicomm.device import bind_device
+        from mpicomm.gpu.device import bind_device
         index = bind_device(local_rank=3)   # one visible device: every local rank takes index 0
         print(json.dumps({"index": index, "current": cupy.cuda.Device().id,
                           "count": cupy.cuda.runtime.getDeviceCount()}))
@@ -70,7 +70,7 @@ def test_bind_device_with_every_device_hidden_is_a_clear_error() -> None:
     got = _child(
         """
         import json
-        from mpicomm.device import bind_device
+        from mpicomm.gpu.device import bind_device
         from mpicomm.errors import ArgumentError
         try:
             bind_device(local_rank=0)
@@ -91,7 +91,7 @@ def test_info_reports_cupy_and_the_devices(mode: str) -> None:
         f"""
         import json, os
         os.environ["MPICOMM_CUDA_AWARE"] = "{mode}"
-        from mpicomm.info import collect
+        from mpicomm.apps.info import collect
         print(json.dumps(dict(collect())))
         """,
         visible="0",

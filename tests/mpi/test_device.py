@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import mpicomm
-from mpicomm import device
+from mpicomm.gpu import device
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +90,7 @@ def _no_cupy() -> bool:
 
 @pytest.mark.mpi(min_size=1)
 def test_cuda_awareness_is_the_same_decision_on_every_rank(world: mpicomm.ProcessGroup) -> None:
-    from mpicomm import cuda_aware
+    from mpicomm.gpu import cuda_aware
 
     cuda_aware.reset_cuda_awareness()
     facts = cuda_aware.gather_mpi_facts()

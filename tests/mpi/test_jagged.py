@@ -22,10 +22,16 @@ from unit.test_jagged_reference import (
 )
 
 import mpicomm
+from mpicomm.core.work import Work
 from mpicomm.errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError
-from mpicomm.jagged import JaggedResult, KJTAllToAll, KJTAllToAllAwaitable, _Placement, jagged_all_to_all
-from mpicomm.keyed import KeyedJaggedArray
-from mpicomm.work import Work
+from mpicomm.jagged import (
+    JaggedResult,
+    KeyedJaggedArray,
+    KJTAllToAll,
+    KJTAllToAllAwaitable,
+    jagged_all_to_all,
+)
+from mpicomm.jagged.kjt import _Placement
 
 
 @pytest.fixture(autouse=True, params=["gather", "in_place"])

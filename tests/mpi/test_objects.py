@@ -20,9 +20,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import mpicomm
-from mpicomm import ArgumentError, ArgumentTypeError, ObjectCollectiveError, object_wire, pickling
+from mpicomm import ArgumentError, ArgumentTypeError, ObjectCollectiveError
 from mpicomm import UnpicklingRefusedError as Refused
-from mpicomm.pickling import OUT_OF_BAND_MIN
+from mpicomm.objects import pickling
+from mpicomm.objects import wire as object_wire
+from mpicomm.objects.pickling import OUT_OF_BAND_MIN
 
 NO_CUPY = importlib.util.find_spec("cupy") is None
 

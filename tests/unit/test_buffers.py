@@ -1,4 +1,4 @@
-"""mpicomm.buffers: argument checks, dtype -> MPI datatype, split sizes, aliasing."""
+"""mpicomm.core.buffers: argument checks, dtype -> MPI datatype, split sizes, aliasing."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 from mpi4py import MPI
 
 import mpicomm
-from mpicomm import ArgumentError, ArgumentTypeError, MpicommError, buffers
-from mpicomm.buffers import as_int_list, datatype
+from mpicomm import ArgumentError, ArgumentTypeError, MpicommError
+from mpicomm.core import buffers
+from mpicomm.core.buffers import as_int_list, datatype
 
 BOOLS = [np.bool_]
 INTS = [np.byte, np.short, np.intc, np.int_, np.longlong, np.int8, np.int16, np.int32, np.int64]

@@ -1,4 +1,4 @@
-"""The CUDA-awareness decision: every branch of mpicomm.cuda_aware.decide, driven by explicit inputs."""
+"""The CUDA-awareness decision: every branch of mpicomm.gpu.cuda_aware.decide, driven by explicit inputs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from mpicomm import cuda_aware
-from mpicomm.cuda_aware import CudaAwareness, MpiFacts, decide, parse_mode
 from mpicomm.errors import ArgumentError, MpicommError
+from mpicomm.gpu import cuda_aware
+from mpicomm.gpu.cuda_aware import CudaAwareness, MpiFacts, decide, parse_mode
 
 MPICH_WHEEL = (
     "MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 20:45:26 UTC 2026\n"

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from mpicomm import device
-from mpicomm.device import (
+from mpicomm.errors import ArgumentError, ArgumentTypeError
+from mpicomm.gpu import device
+from mpicomm.gpu.device import (
     LOCAL_RANK_VARS,
     bind_device,
     env_local_rank,
@@ -18,7 +19,6 @@ from mpicomm.device import (
     select_device,
     visible_devices,
 )
-from mpicomm.errors import ArgumentError, ArgumentTypeError
 
 UUID_A = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
 UUID_B = "GPU-1c3b5e5f-0000-4a4a-9b9b-0123456789ab"

@@ -1,7 +1,7 @@
 """Fail-fast: one rank's failure ends the whole MPI job within seconds, never a hang.
 
 These tests launch real jobs (``mpiexec -n 3``) from scripts written into ``tmp_path``: the abort hook
-of :mod:`mpicomm.failure`, its opt-out, and the multi-rank pytest harness of ``tests/mpi/conftest.py``
+of :mod:`mpicomm.core.failure`, its opt-out, and the multi-rank pytest harness of ``tests/mpi/conftest.py``
 (one report, fail-fast with ``-x``, deadlocks ended by pytest-timeout).
 """
 
@@ -181,7 +181,8 @@ def test_thread_hook_never_returns_to_the_program(tmp_path: Path) -> None:
     body = """
         import sys, threading, types
         import mpicomm
-        from mpicomm import _mpi, failure
+        from mpicomm import _mpi
+        from mpicomm.core import failure
 
         world = mpicomm.init()
         failure.install_abort_hook(world)  # init installs it only above one rank

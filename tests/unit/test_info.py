@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mpicomm.cuda_aware import decide, gather_mpi_facts
+from mpicomm.gpu.cuda_aware import decide, gather_mpi_facts
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_LINES = ("CUDA-aware MPI", "GPU data path", "cupy", "CUDA devices", "staging chunk")

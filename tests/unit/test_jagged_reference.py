@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from mpicomm.errors import ArgumentError, ArgumentTypeError
-from mpicomm.jagged import _recat
-from mpicomm.keyed import KeyedJaggedArray
+from mpicomm.jagged import KeyedJaggedArray
+from mpicomm.jagged.placement import _recat
 
 SAME_ON_EVERY_RANK = settings(
     derandomize=True,

@@ -1,4 +1,4 @@
-"""mpicomm.pickling on one process: out-of-band buffers, the safe unpickler, the device argument."""
+"""mpicomm.objects.pickling on one process: out-of-band buffers, the safe unpickler, the device argument."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import mpicomm
-from mpicomm import pickling
-from mpicomm.pickling import OUT_OF_BAND_MIN, check_device, dumps, loads
+from mpicomm.objects import pickling
+from mpicomm.objects.pickling import OUT_OF_BAND_MIN, check_device, dumps, loads
 
 
 class RunsCommand:

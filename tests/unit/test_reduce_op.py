@@ -11,8 +11,8 @@ from reference import OP_KINDS, UFUNCS
 
 import mpicomm
 from mpicomm import ArgumentTypeError, MpicommError, ReduceOp, ReductionTypeError
-from mpicomm import reduce_op as ro
-from mpicomm.buffers import datatype
+from mpicomm.core import reduce_op as ro
+from mpicomm.core.buffers import datatype
 
 NAMES = ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "AVG", "PREMUL_SUM"]
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mpicomm.errors import ArgumentError, ArgumentTypeError
-from mpicomm.staging import (
+from mpicomm.gpu.staging import (
     DEFAULT_CHUNK_BYTES,
     HostBufferPool,
     PoolStats,

@@ -23,8 +23,10 @@ import numpy as np
 
 import mpicomm
 
-from . import _mpi, object_wire
-from .bench import Env, _medians, fmt_time, line
+from ... import _mpi
+from ...objects import wire
+from .harness import Env, _medians, fmt_time
+from .report import line
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -128,7 +130,7 @@ def objects_report(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict
     mine = np.full(2_500_000, float(e.rank), np.float32)
     cases["all_gather_10MB"] = _case(ctl, _gather_calls(e, mine), args)
     world = mpicomm.init()
-    agree = _medians(ctl, {"agree": lambda: object_wire.agree(world, 0, "")}, args)["agree"]
+    agree = _medians(ctl, {"agree": lambda: wire.agree(world, 0, "")}, args)["agree"]
     ok = all(c["check"] for c in cases.values())
     return {"check": ok, "ranks": e.n, "cases": cases, "status_agreement": agree, "target": TARGET}
 

@@ -1,0 +1,11 @@
+"""The core every data path stands on: process groups, buffers, async handles, validation, failure, ReduceOp.
+
+- ``groups``: MPI start-up, the world and sub-groups (each owns a ``Dup`` of its communicator).
+- ``buffers``: the one place that knows array kinds: argument checks, dtype -> MPI datatype, layouts.
+- ``work``: ``Work``, the handle ``async_op=True`` returns.
+- ``validation``: the cross-rank agreement checks of validation mode (``MPICOMM_VALIDATE=1``).
+- ``failure``: the hook that aborts the whole job when one rank dies of an exception.
+- ``reduce_op``: ``ReduceOp`` and the local arithmetic of AVG and PREMUL_SUM.
+
+May import: ``mpicomm.errors``, ``mpicomm._mpi``, numpy. Nothing else in mpicomm.
+"""

@@ -1,0 +1,10 @@
+"""Dense collectives with torch.distributed's names: reductions, gathers, all-to-alls and point-to-point.
+
+- ``reductions``: ``all_reduce``, ``reduce``, ``broadcast``, ``barrier``, ``reduce_scatter(_tensor)``.
+- ``gathers``: ``all_gather(_into_tensor)``, ``gather``, ``scatter`` (uneven sizes without padding).
+- ``alltoall``: ``all_to_all`` and ``all_to_all_single`` with split sizes.
+- ``exchange``: the pairwise v-exchange that the list forms share.
+- ``p2p``: ``send``, ``recv``, ``isend``, ``irecv``.
+
+May import: ``mpicomm.core``, ``mpicomm.errors``, ``mpicomm._mpi``.
+"""

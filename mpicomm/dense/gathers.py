@@ -1,0 +1,334 @@
+"""Gathers and scatters with torch.distributed's names and semantics (uneven sizes without padding).
+
+Each call checks its arguments on the calling rank before any MPI call, and with validation mode on
+also across ranks. ``async_op=True`` returns a :class:`~mpicomm.Work`; otherwise the call blocks and
+returns ``None``. On a rank outside ``group`` every call warns and returns ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import _mpi
+from ..core import validation
+from ..core.buffers import (
+    address,
+    check_array,
+    check_array_list,
+    check_disjoint,
+    check_disjoint_lists,
+    check_output,
+    check_same_dtype,
+    datatype,
+    send_view,
+)
+from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
+from ..core.work import Work
+from ..errors import ArgumentError
+from .exchange import ALL_GATHER, GATHER, SCATTER, copy_own, exchange, finish
+
+__all__ = ["all_gather", "all_gather_into_tensor", "all_gather_single", "gather", "scatter"]
+
+
+def all_gather(
+    tensor_list: list[np.ndarray],
+    tensor: np.ndarray,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Work | None:
+    """Gather ``tensor`` from every rank into ``tensor_list[r]``; sizes may differ between ranks.
+
+    ======  ==========  =====================
+    rank    tensor      tensor_list out
+    ======  ==========  =====================
+    0       [1, 2]      [[1, 2], [3, 4, 5]]
+    1       [3, 4, 5]   [[1, 2], [3, 4, 5]]
+    ======  ==========  =====================
+
+    Unlike Gloo, uneven sizes work: ``tensor_list[r]`` must have rank r's size. The input goes
+    straight to every peer and each peer's message lands straight in its list entry (pairwise
+    exchange on the group's private communicator), with no temporary and no padding: measured at
+    16 MiB, this matches ``MPI_Allgather`` into one array, where MPICH's ``MPI_Allgatherv`` into
+    the list was 1.5x slower.
+
+    Args:
+        tensor_list: One writeable C-contiguous output array per group rank, in rank order.
+        tensor: This rank's input; ``tensor_list[rank]`` must have its size and dtype.
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, or dtypes that differ.
+        ArgumentError: wrong list length, or ``tensor_list[rank]`` of the wrong size.
+        CrossRankMismatchError: (validation mode) a rank's output size differs from what it gets.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> out = [np.empty(i + 1) for i in range(w)]
+        >>> mpicomm.all_gather(out, np.full(r + 1, float(r)))
+        >>> [o.tolist() for o in out][:2] == [[0.0], [1.0, 1.0]][:w]
+        True
+    """
+    fn = "all_gather"
+    g = resolve(group, fn)
+    if g.comm is None:
+        warn_non_member(g, fn)
+        return None
+    tensor = send_view(check_array(tensor, fn, "tensor"))
+    outs = check_array_list(tensor_list, fn, "tensor_list", g.size, output=True)
+    check_same_dtype(tensor, outs[0], fn, "tensor", "tensor_list")
+    _check_own_size(outs[g.rank], tensor, fn, "tensor_list", g.rank)
+    check_disjoint_lists(outs, [tensor], (g.rank, 0), fn, "tensor_list", "tensor")
+    if validation._Flag.on:
+        validation.check(g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size, [o.size for o in outs])
+    me = g.rank
+    peers = [p for p in range(g.size) if p != me]
+    requests = exchange(g, {p: outs[p] for p in peers}, dict.fromkeys(peers, tensor), ALL_GATHER)
+    copy_own(outs[me], tensor)
+    return finish(requests, async_op, (tensor, outs), outs)
+
+
+def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: int) -> None:
+    if out.size != inp.size:
+        raise ArgumentError(
+            f"{fn}: {arg}[{rank}] has {out.size} elements; expected {inp.size}, "
+            "the size of this rank's own input"
+        )
+
+
+def all_gather_into_tensor(
+    output_tensor: np.ndarray,
+    input_tensor: np.ndarray,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Work | None:
+    """Gather equal-sized inputs from every rank into one array, in rank order.
+
+    The output may be flat (``W*n`` elements) or stacked (shape ``(W, *input.shape)``); only its size
+    is checked, as in torch. Also available as :func:`all_gather_single` (torch 2.13's name).
+
+    ======  ==========  ================================
+    rank    input       output (flat / stacked)
+    ======  ==========  ================================
+    0       [1, 2]      [1, 2, 3, 4] / [[1, 2], [3, 4]]
+    1       [3, 4]      [1, 2, 3, 4] / [[1, 2], [3, 4]]
+    ======  ==========  ================================
+
+    Args:
+        output_tensor: Writeable C-contiguous array of ``W * input_tensor.size`` elements.
+        input_tensor: This rank's contribution; the same size on every rank.
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, or the dtypes differ.
+        ArgumentError: the output size is not W times the input size.
+        CrossRankMismatchError: (validation mode) input sizes or dtypes differ between ranks.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> out = np.empty((w, 2))
+        >>> mpicomm.all_gather_into_tensor(out, np.array([1.0 + 2 * r, 2.0 + 2 * r]))
+        >>> out[0].tolist()
+        [1.0, 2.0]
+    """
+    fn = "all_gather_into_tensor"
+    g = resolve(group, fn)
+    if g.comm is None:
+        warn_non_member(g, fn)
+        return None
+    inp = send_view(check_array(input_tensor, fn, "input_tensor"))
+    out = check_output(output_tensor, fn, "output_tensor")
+    check_same_dtype(inp, out, fn, "input_tensor", "output_tensor")
+    if out.size != g.size * inp.size:
+        raise ArgumentError(
+            f"{fn}: output_tensor has {out.size} elements; expected {g.size * inp.size} "
+            f"(the group size {g.size} times input_tensor's {inp.size})"
+        )
+    if validation._Flag.on:
+        validation.check(g, fn, {"dtype": str(inp.dtype), "count": inp.size})
+    dt = datatype(inp.dtype)
+    send: Any = [inp, dt]
+    if _is_own_slot(inp, out, g.rank):
+        send = _mpi.MPI.IN_PLACE  # torch's idiom: the input is this rank's slot of the output
+    else:
+        check_disjoint(out, inp, fn, "output_tensor", "input_tensor")
+    recv = [out, dt]
+    if async_op:
+        return Work([g.comm.Iallgather(send, recv)], keep=(inp, out), result=[out])
+    g.comm.Allgather(send, recv)
+    return None
+
+
+all_gather_single = all_gather_into_tensor
+
+
+def _is_own_slot(inp: np.ndarray, out: np.ndarray, rank: int) -> bool:
+    """Whether ``inp`` is exactly the rank-th chunk of ``out`` (``out.reshape(W, -1)[rank]``)."""
+    return (
+        inp.base is not None
+        and inp.size > 0
+        and np.may_share_memory(inp, out)
+        and inp.flags.c_contiguous
+        and address(inp) == address(out) + rank * inp.nbytes
+    )
+
+
+def gather(
+    tensor: np.ndarray,
+    gather_list: list[np.ndarray] | None = None,
+    dst: int | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_dst: int | None = None,
+) -> Work | None:
+    """Gather ``tensor`` from every rank into ``gather_list`` on the destination rank.
+
+    Sizes may differ between ranks; ``gather_list[r]`` must have rank r's size. Each entry is
+    received where it lies (see :mod:`mpicomm.exchange`).
+
+    Args:
+        tensor: This rank's input.
+        gather_list: On the destination, one writeable output array per group rank; ``None`` (or
+            empty) elsewhere.
+        dst: World rank of the destination (default: group rank 0).
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+        group_dst: The destination as a rank of ``group``.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, or the dtypes differ.
+        ArgumentError: ``gather_list`` missing on the destination or given elsewhere, wrong length or size.
+        CrossRankMismatchError: (validation mode) sizes, dtypes or destination differ between ranks.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> out = [np.empty(1) for _ in range(w)] if r == 0 else None
+        >>> mpicomm.gather(np.array([float(r)]), out, dst=0)
+        >>> r != 0 or [o[0] for o in out] == list(range(w))
+        True
+    """
+    fn = "gather"
+    g = resolve(group, fn)
+    if g.comm is None:
+        warn_non_member(g, fn)
+        return None
+    tensor = send_view(check_array(tensor, fn, "tensor"))
+    root = root_rank(g, dst, group_dst, fn, "dst")
+    outs = _root_list(gather_list, g, root, tensor, fn, "gather_list", output=True)
+    if validation._Flag.on:
+        sends = [tensor.size if r == root else 0 for r in range(g.size)]
+        recvs = [o.size for o in outs] if outs else [0] * g.size
+        validation.check(g, fn, {"dtype": str(tensor.dtype), "dst": root}, sends, recvs)
+    if outs is None:
+        requests = exchange(g, {}, {root: tensor}, GATHER)
+        return finish(requests, async_op, tensor, [])
+    peers = [p for p in range(g.size) if p != root]
+    requests = exchange(g, {p: outs[p] for p in peers}, {}, GATHER)
+    copy_own(outs[root], tensor)
+    return finish(requests, async_op, (tensor, outs), outs)
+
+
+def _root_list(
+    arrays: list[np.ndarray] | None,
+    g: ProcessGroup,
+    root: int,
+    own: np.ndarray,
+    fn: str,
+    arg: str,
+    output: bool,
+) -> list[np.ndarray] | None:
+    """Check the list a rooted call takes on its root only (gather_list, scatter_list)."""
+    empty = arrays is None or (isinstance(arrays, (list, tuple)) and len(arrays) == 0)
+    if g.rank != root:
+        if not empty:
+            raise ArgumentError(
+                f"{fn}: {arg} is given on rank {g.rank}, which is not the root {root}; expected None there"
+            )
+        return None
+    if empty:
+        raise ArgumentError(
+            f"{fn}: {arg} is {arrays!r} on the root rank {root}; expected a list of "
+            f"{g.size} arrays (one per group rank)"
+        )
+    checked = check_array_list(arrays, fn, arg, g.size, output=output)
+    check_same_dtype(own, checked[0], fn, "tensor", arg)
+    _check_own_size(checked[root], own, fn, arg, root)
+    if output:
+        check_disjoint_lists(checked, [own], (root, 0), fn, arg, "tensor")
+        return checked
+    views = [send_view(a) for a in checked]
+    check_disjoint_lists([own], views, (0, root), fn, "tensor", arg)
+    return views
+
+
+def scatter(
+    tensor: np.ndarray,
+    scatter_list: list[np.ndarray] | None = None,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_src: int | None = None,
+) -> Work | None:
+    """Send ``scatter_list[r]`` from the source rank into ``tensor`` on rank r.
+
+    Sizes may differ between ranks; each entry is sent from where it lies.
+
+    Args:
+        tensor: Output on every rank, writeable and C-contiguous.
+        scatter_list: On the source, one input per group rank; ``None`` (or empty) elsewhere.
+        src: World rank of the source (default: group rank 0).
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work instead of blocking.
+        group_src: The source as a rank of ``group``.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        ArgumentTypeError: not arrays, or the dtypes differ.
+        ArgumentError: ``scatter_list`` missing on the source or given elsewhere, wrong length or size.
+        CrossRankMismatchError: (validation mode) sizes, dtypes or source differ between ranks.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> parts = [np.array([float(i)]) for i in range(w)] if r == 0 else None
+        >>> out = np.empty(1)
+        >>> mpicomm.scatter(out, parts, src=0)
+        >>> bool(out[0] == r)
+        True
+    """
+    fn = "scatter"
+    g = resolve(group, fn)
+    if g.comm is None:
+        warn_non_member(g, fn)
+        return None
+    out = check_output(tensor, fn, "tensor")
+    root = root_rank(g, src, group_src, fn, "src")
+    ins = _root_list(scatter_list, g, root, out, fn, "scatter_list", output=False)
+    if validation._Flag.on:
+        sends = [i.size for i in ins] if ins else [0] * g.size
+        recvs = [out.size if r == root else 0 for r in range(g.size)]
+        validation.check(g, fn, {"dtype": str(out.dtype), "src": root}, sends, recvs)
+    if ins is None:
+        requests = exchange(g, {root: out}, {}, SCATTER)
+        return finish(requests, async_op, out, [out])
+    peers = [p for p in range(g.size) if p != root]
+    requests = exchange(g, {}, {p: ins[p] for p in peers}, SCATTER)
+    copy_own(out, ins[root])
+    return finish(requests, async_op, (out, ins), [out])

@@ -1,0 +1,18 @@
+"""Jagged all-to-all: torchrec's KJTAllToAll over MPI (counts first, then the values).
+
+- ``keyed``: ``KeyedJaggedArray``, torchrec's KeyedJaggedTensor on numpy arrays.
+- ``wire``: the counts message both exchanges start with, and the checks they share.
+- ``exchange``: the low-level ``jagged_all_to_all`` (rows of one jagged array to each rank).
+- ``kjt``: ``KJTAllToAll`` and its awaitable.
+- ``placement``: putting (source, key) segments in (key, source) order (MPI indexed types or a recat gather).
+
+May import: ``mpicomm.core``, ``mpicomm.errors``, ``mpicomm._mpi``.
+"""
+
+from __future__ import annotations
+
+from .exchange import JaggedResult, jagged_all_to_all
+from .keyed import KeyedJaggedArray
+from .kjt import KJTAllToAll, KJTAllToAllAwaitable
+
+__all__ = ["JaggedResult", "KJTAllToAll", "KJTAllToAllAwaitable", "KeyedJaggedArray", "jagged_all_to_all"]

@@ -1,0 +1,132 @@
+"""``jagged_all_to_all``: consecutive rows of a jagged array to each rank, counts first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import _mpi
+from ..core import validation
+from ..core.buffers import as_int_list
+from ..core.groups import ProcessGroup, resolve, warn_non_member
+from ..core.work import Work
+from ..errors import ArgumentError, ArgumentTypeError
+from .wire import (
+    _DTYPES,
+    _HEADER,
+    _ROWS,
+    _VALUES,
+    _alltoallv,
+    _check_lengths,
+    _check_values,
+    _exchange_header,
+    _exclusive_cumsum,
+    _fingerprint,
+)
+
+__all__ = ["JaggedResult", "jagged_all_to_all"]
+
+
+class JaggedResult(NamedTuple):
+    """What :func:`jagged_all_to_all` received: source 0's rows first, then source 1's, and so on."""
+
+    lengths: np.ndarray
+    values: np.ndarray
+    splits: list[int]
+
+
+def jagged_all_to_all(
+    values: np.ndarray,
+    lengths: np.ndarray,
+    send_splits: Sequence[int],
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> JaggedResult | Work | None:
+    """Send consecutive rows of a jagged array to each rank; receive the rows every rank sends here.
+
+    Row i has ``lengths[i]`` values. The first ``send_splits[0]`` rows go to rank 0, the next
+    ``send_splits[1]`` to rank 1, and so on. One ``Alltoall`` of int64 counts tells every rank what
+    it will receive; then two ``Ialltoallv`` move the lengths and the values. Rows from rank 0 come
+    first in the result, then rows from rank 1, and so on. Two ranks, particles as rows:
+
+    ======  ==================  ===========  ==============================  ================
+    rank    lengths             send_splits  received lengths                received splits
+    ======  ==================  ===========  ==============================  ================
+    0       [2, 1, 1]           [1, 2]       [2, 3]  (rank 0's, rank 1's)    [1, 1]
+    1       [3, 0]              [1, 1]       [1, 1, 0]                       [2, 1]
+    ======  ==================  ===========  ==============================  ================
+
+    Args:
+        values: The concatenated rows along dim 0 (trailing dimensions travel along).
+        lengths: Row lengths, an integer 1-D array summing to ``values.shape[0]``.
+        send_splits: Rows to send to each group rank.
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work (its ``result()`` is ``[lengths, values, splits]``) after the counts
+            step, while the rows are still moving.
+
+    Returns:
+        A :class:`JaggedResult` ``(lengths, values, splits)`` with ``splits[s]`` the rows received from
+        rank s; a Work if ``async_op``; None on a rank outside ``group``.
+
+    Raises:
+        ArgumentTypeError: non-arrays, non-integer lengths or splits.
+        ArgumentError: wrong number of splits, sums that do not match, negative entries.
+        CrossRankMismatchError: ranks send different dtypes or value shapes (on every rank).
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> from mpicomm.jagged import jagged_all_to_all
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> lengths = np.arange(w)                        # row j (j values, all 10 * r + j) goes to rank j
+        >>> values = np.repeat(10 * r + np.arange(w), lengths)
+        >>> got = jagged_all_to_all(values, lengths, [1] * w)
+        >>> got.lengths.tolist() == [r] * w
+        True
+        >>> got.values.tolist() == [10 * s + r for s in range(w) for _ in range(r)]
+        True
+    """
+    fn = "jagged_all_to_all"
+    g = resolve(group, fn)
+    if g.comm is None:
+        warn_non_member(g, fn)
+        return None
+    vals, lens = _check_values(values, fn), _check_lengths(lengths, fn)
+    if isinstance(send_splits, (str, bytes)) or not isinstance(send_splits, (list, tuple, np.ndarray)):
+        raise ArgumentTypeError(f"{fn}: send_splits is {send_splits!r}; expected a list of {g.size} ints")
+    splits = as_int_list(send_splits, fn, "send_splits")
+    if len(splits) != g.size:
+        raise ArgumentError(
+            f"{fn}: send_splits has {len(splits)} entries; expected {g.size} (the group size)"
+        )
+    if sum(splits) != lens.size:
+        raise ArgumentError(
+            f"{fn}: send_splits sums to {sum(splits)}; expected {lens.size}, the rows in lengths"
+        )
+    cum = _exclusive_cumsum(lens)
+    if cum[-1] != vals.shape[0]:
+        raise ArgumentError(
+            f"{fn}: lengths sum to {cum[-1]}; expected {vals.shape[0]}, the values along dim 0"
+        )
+    dtypes = (str(lens.dtype), vals.dtype.str, vals.shape[1:])
+    if validation._Flag.on:
+        validation.check(g, fn, {"lengths dtype, values dtype, value shape": dtypes})
+    bounds = _exclusive_cumsum(np.asarray(splits, dtype=np.int64))
+    header = np.zeros((g.size, _HEADER), dtype=np.int64)
+    header[:, _ROWS] = splits
+    header[:, _VALUES] = np.diff(cum[bounds])
+    header[:, _DTYPES] = _fingerprint(*dtypes)
+    got = _exchange_header(g, header, fn)
+    recv_rows, recv_vals = got[:, _ROWS], got[:, _VALUES]
+    out_l = np.empty(int(recv_rows.sum()), dtype=lens.dtype)
+    out_v = np.empty((int(recv_vals.sum()), *vals.shape[1:]), dtype=vals.dtype)
+    requests = [
+        _alltoallv(g, lens, header[:, _ROWS], out_l, recv_rows),
+        _alltoallv(g, vals, header[:, _VALUES], out_v, recv_vals),
+    ]
+    result = JaggedResult(out_l, out_v, recv_rows.tolist())
+    if async_op:
+        return Work(requests, keep=(lens, vals), result=list(result))
+    _mpi.MPI.Request.Waitall(requests)
+    return result

@@ -1,0 +1,100 @@
+"""The counts message both jagged exchanges start with, and the checks and helpers they share."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+from .. import _mpi
+from ..core.buffers import check_array, datatype, displacements, row_size, send_view
+from ..core.groups import ProcessGroup
+from ..errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError
+
+# Per-destination int64 fields of the counts message. The first three must be equal on every rank.
+# KJTAllToAll appends, per destination, the batch slots and then the value counts of each of that
+# destination's keys, both padded to the largest split: the receiver learns every (source, key)
+# segment from this one message.
+_FLAGS, _DTYPES, _SPLITS, _ROWS, _VALUES, _STRIDE, _TOTAL = range(7)
+_HEADER = 7
+
+_VBE, _WEIGHTED = 1, 2
+
+
+def _fingerprint(*parts: object) -> int:
+    return zlib.crc32("|".join(map(str, parts)).encode())
+
+
+def _exclusive_cumsum(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _segment_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Indices that gather ``counts[i]`` items from ``starts[i]`` for each i in turn (counts >= 0).
+
+    Example:
+        >>> _segment_index(np.array([5, 0, 2]), np.array([2, 0, 3])).tolist()
+        [5, 6, 2, 3, 4]
+    """
+    if counts.size == 0:
+        return np.empty(0, dtype=np.int64)
+    ends = np.cumsum(counts, dtype=np.int64)
+    return np.repeat(starts - (ends - counts), counts) + np.arange(int(ends[-1]), dtype=np.int64)
+
+
+def _check_lengths(lengths: object, fn: str) -> np.ndarray:
+    lens = send_view(check_array(lengths, fn, "lengths"))
+    if lens.ndim != 1:
+        raise ArgumentError(f"{fn}: lengths has shape {lens.shape}; expected a 1-D array")
+    if lens.dtype.kind not in "iu":
+        raise ArgumentTypeError(f"{fn}: lengths has dtype {lens.dtype}; expected an integer dtype")
+    if lens.size and lens.min() < 0:
+        raise ArgumentError(f"{fn}: lengths has a negative entry {lens.min()}; expected >= 0")
+    return lens
+
+
+def _check_values(values: object, fn: str, arg: str = "values") -> np.ndarray:
+    vals = send_view(check_array(values, fn, arg))
+    if vals.ndim == 0:
+        raise ArgumentError(f"{fn}: {arg} is 0-dimensional; expected at least one dimension")
+    return vals
+
+
+def _exchange_header(g: ProcessGroup, header: np.ndarray, fn: str) -> np.ndarray:
+    """Alltoall the per-destination counts; raise on every rank if the fingerprints disagree.
+
+    Every rank sees every rank's fingerprint columns, so comparing them with its own is enough: if
+    any two ranks differ, every rank sees a row unlike its own and raises.
+    """
+    received = np.empty_like(header)
+    g.internal.Alltoall([header, _mpi.MPI.INT64_T], [received, _mpi.MPI.INT64_T])
+    if received[:, : _SPLITS + 1].tobytes() != header[:, : _SPLITS + 1].tobytes():
+        _disagree(received, fn)
+    return received
+
+
+def _disagree(received: np.ndarray, fn: str) -> None:
+    """Raise the mismatch error for the first column of ``received`` whose ranks disagree."""
+    what = {_FLAGS: "weights or VBE", _DTYPES: "dtypes or value shapes", _SPLITS: "splits or stagger"}
+    for column, name in what.items():
+        col = received[:, column]
+        if (col != col[0]).any():
+            bad = int(np.flatnonzero(col != col[0])[0])
+            raise CrossRankMismatchError(
+                f"{fn}: ranks disagree about {name}: rank 0 and rank {bad} differ; expected the same on "
+                "every rank (set MPICOMM_VALIDATE=1 to see the values)"
+            )
+
+
+def _alltoallv(g: ProcessGroup, send: np.ndarray, send_rows: Any, recv: np.ndarray, recv_rows: Any) -> Any:
+    """Post one Ialltoallv of whole dim-0 rows (the counts are W-long lists: plain Python is fastest)."""
+    row = row_size(send)
+    sc = send_rows.tolist() if isinstance(send_rows, np.ndarray) else list(send_rows)
+    rc = recv_rows.tolist() if isinstance(recv_rows, np.ndarray) else list(recv_rows)
+    if row != 1:
+        sc, rc = [c * row for c in sc], [c * row for c in rc]
+    dt = datatype(send.dtype)
+    return g.internal.Ialltoallv([send, (sc, displacements(sc)), dt], [recv, (rc, displacements(rc)), dt])

@@ -1,0 +1,145 @@
+"""What every object call shares: argument checks agreed across ranks, a list pickled into one message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core import validation
+from ..core.groups import ProcessGroup, resolve
+from ..errors import ArgumentError, ArgumentTypeError, MpicommError
+from .pickling import check_device, describe, dumps, error_kind, is_safe_unpickling, loads, place
+from .wire import (
+    agree,
+    as_bytes,
+)
+
+I8 = np.int64
+
+#: An argument problem found on one rank, raised on every rank through the agreement: (kind, message).
+Problem = tuple[int, str] | None
+
+
+def _start(
+    group: ProcessGroup | None, fn: str, device: object, safe: object
+) -> tuple[ProcessGroup, Any, bool, Problem]:
+    """The group, device and safe flag of a call, and this rank's problem with ``device``/``safe``.
+
+    A bad ``group`` raises at once (no message can be exchanged without it); a bad ``device`` or
+    ``safe``, which may be bad on one rank only, is returned to be raised through the agreement.
+    """
+    g = resolve(group, fn)
+    try:
+        where = check_device(device, fn)
+        if safe is not None and not isinstance(safe, bool):
+            raise ArgumentTypeError(
+                f"{fn}: safe is {safe!r}; expected True, False or None (the global setting)"
+            )
+    except (ArgumentError, ArgumentTypeError) as exc:
+        return g, None, True, (error_kind(exc), str(exc))
+    return g, where, is_safe_unpickling() if safe is None else safe, None
+
+
+def _list_problem(x: object, fn: str, arg: str, none_ok: bool = False) -> Problem:
+    if (x is None and none_ok) or isinstance(x, list):
+        return None
+    expected = "a list or None" if none_ok else "a list"
+    return 4, f"{fn}: {arg} is a {type(x).__qualname__}; expected {expected}"
+
+
+def _validate(g: ProcessGroup, fn: str, agree: dict[str, Any]) -> None:
+    """With validation mode on: check that every rank is in the same call with the same root."""
+    if validation._Flag.on:
+        validation.check(g, fn, agree)
+
+
+def _agree(g: ProcessGroup, kind: int, msg: str, fatal: BaseException | None = None) -> None:
+    """The status agreement; a rank whose unpickling raised a BaseException re-raises that one."""
+    try:
+        agree(g, kind, msg)
+    except MpicommError:
+        if fatal is not None:
+            raise fatal from None
+        raise
+
+
+def _pickle(
+    objs: list[Any], fn: str, arg: str, rank: int
+) -> tuple[int, str, list[bytes], list[list[memoryview]]]:
+    """Pickle each object: (0, "", streams, buffers of each), or (kind, message, [], []) on a failure.
+
+    ``rank`` is this rank's world rank, for the message.
+    """
+    streams: list[bytes] = []
+    buffers: list[list[memoryview]] = []
+    for i, obj in enumerate(objs):
+        try:
+            stream, bufs = dumps(obj)
+        except Exception as exc:
+            what = type(obj).__qualname__
+            return 2, f"{fn}: {arg}[{i}] (a {what}) cannot be pickled on rank {rank}: {describe(exc)}", [], []
+        streams.append(stream)
+        buffers.append(bufs)
+    return 0, "", streams, buffers
+
+
+def _unpickle(
+    stream: Any, sizes: list[int], buffers: list[Any], safe: bool, device: Any, names: list[str], rank: int
+) -> tuple[int, str, list[Any], BaseException | None]:
+    """Unpickle consecutive objects of ``sizes`` bytes; ``names[i]`` names object i in a message.
+
+    Returns (kind, message, objects, fatal): ``fatal`` is a ``BaseException`` that is not an
+    ``Exception`` (``SystemExit``, ``KeyboardInterrupt`` from a ``__setstate__``), which this rank
+    re-raises after the agreement. ``rank`` is this rank's world rank.
+    """
+    it = iter(buffers)
+    out = []
+    start = 0
+    try:
+        for size in sizes:
+            out.append(place(loads(stream[start : start + size], it, safe), device))
+            start += size
+    except BaseException as exc:  # the other ranks must hear of it before it propagates
+        msg = f"{names[len(out)]} cannot be unpickled on rank {rank}: {describe(exc)}"
+        return error_kind(exc), msg, [], None if isinstance(exc, Exception) else exc
+    return 0, "", out, None
+
+
+def _own_copy(buffers: list[memoryview]) -> list[np.ndarray]:
+    """Copies of this rank's own buffers, so its unpickled copy never shares memory with the input."""
+    return [as_bytes(b).copy() for b in buffers]
+
+
+def _header(kind: int, streams: list[bytes], buffers: list[memoryview], stream_size: int) -> np.ndarray:
+    return np.array(
+        [kind, len(streams), stream_size, len(buffers), *map(len, streams), *(b.nbytes for b in buffers)], I8
+    )
+
+
+def _message(kind: int, streams: list[bytes], buffers: list[memoryview], msg: str) -> tuple[np.ndarray, Any]:
+    """The header and the stream to send: the joined pickles, or the error message on failure."""
+    if kind:
+        text = msg.encode()
+        return _header(kind, [], [], len(text)), as_bytes(text)
+    stream = streams[0] if len(streams) == 1 else b"".join(streams)
+    return _header(0, streams, buffers, len(stream)), as_bytes(stream)
+
+
+def _pickle_list(
+    objs: Any, fn: str, rank: int, problem: Problem
+) -> tuple[int, str, list[bytes], list[memoryview]]:
+    """Pickle a list to send (broadcast, send): an argument problem or an empty list is an error.
+
+    Buffers are flattened; ``rank`` is this rank's world rank, for the message.
+    """
+    if problem is not None:
+        return problem[0], problem[1], [], []
+    if not objs:
+        msg = (
+            f"{fn}: object_list is empty on the sending rank {rank}; expected at least one object "
+            "(and the same length on the receiving ranks)"
+        )
+        return 1, msg, [], []
+    kind, msg, streams, buffers = _pickle(objs, fn, "object_list", rank)
+    return kind, msg, streams, [b for bufs in buffers for b in bufs]
