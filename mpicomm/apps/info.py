@@ -31,7 +31,7 @@ def collect() -> list[tuple[str, str]]:
         then the GPU lines.
 
     Example:
-        >>> from mpicomm.info import collect
+        >>> from mpicomm.apps.info import collect
         >>> int(dict(collect())["world size"]) >= 1
         True
     """
@@ -150,7 +150,7 @@ def main() -> int:
     """Print the report on rank 0 and return 0.
 
     Example:
-        >>> from mpicomm.info import main
+        >>> from mpicomm.apps.info import main
         >>> main()  # doctest: +ELLIPSIS
         mpicomm: ...
         0

@@ -44,7 +44,7 @@ def all_to_all(
     ======  ====================  ======================
 
     Sizes may differ per pair; the arrays are read and written where they lie, without packing
-    them into a temporary (see :mod:`mpicomm.exchange`).
+    them into a temporary (see :mod:`mpicomm.dense.exchange`).
 
     Args:
         output_tensor_list: One writeable C-contiguous array per group rank, sized for what that rank sends.

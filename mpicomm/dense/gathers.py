@@ -195,7 +195,7 @@ def gather(
     """Gather ``tensor`` from every rank into ``gather_list`` on the destination rank.
 
     Sizes may differ between ranks; ``gather_list[r]`` must have rank r's size. Each entry is
-    received where it lies (see :mod:`mpicomm.exchange`).
+    received where it lies (see :mod:`mpicomm.dense.exchange`).
 
     Args:
         tensor: This rank's input.

@@ -1,7 +1,7 @@
 """Reductions, broadcast and barrier with torch.distributed's names and semantics.
 
 Each call checks its arguments on the calling rank before any MPI call, and with validation mode on
-(:mod:`mpicomm.validation`) also across ranks. ``async_op=True`` returns a :class:`~mpicomm.Work`;
+(:mod:`mpicomm.core.validation`) also across ranks. ``async_op=True`` returns a :class:`~mpicomm.Work`;
 otherwise the call blocks and returns ``None``. On a rank outside ``group`` every call warns and
 returns ``None``, as in torch.distributed. Arrays are changed in place where torch changes tensors in
 place; output arrays must be C-contiguous and writeable, inputs may be any layout (a non-contiguous

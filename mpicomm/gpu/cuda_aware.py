@@ -121,7 +121,7 @@ def parse_mode(env: Mapping[str, str]) -> str:
         ArgumentError: the variable holds anything else.
 
     Example:
-        >>> from mpicomm.cuda_aware import parse_mode
+        >>> from mpicomm.gpu.cuda_aware import parse_mode
         >>> [parse_mode(env) for env in ({}, {"MPICOMM_CUDA_AWARE": " AUTO "}, {"MPICOMM_CUDA_AWARE": "0"})]
         ['auto', 'auto', '0']
     """
@@ -151,7 +151,7 @@ def decide(env: Mapping[str, str], facts: MpiFacts | None) -> CudaAwareness:
             ``facts`` is ``None``.
 
     Example:
-        >>> from mpicomm.cuda_aware import MpiFacts, decide
+        >>> from mpicomm.gpu.cuda_aware import MpiFacts, decide
         >>> facts = MpiFacts("Open MPI v5.0.6", query=("MPIX_Query_cuda_support", 1))
         >>> decide({}, facts)
         CudaAwareness(aware=True, source='query', reason='MPIX_Query_cuda_support() returned 1')
@@ -252,7 +252,7 @@ def loaded_libmpi_paths() -> list[str]:
         The sorted paths; empty where ``/proc`` is missing or no libmpi is mapped yet.
 
     Example:
-        >>> from mpicomm.cuda_aware import loaded_libmpi_paths
+        >>> from mpicomm.gpu.cuda_aware import loaded_libmpi_paths
         >>> isinstance(loaded_libmpi_paths(), list)
         True
     """
@@ -271,7 +271,7 @@ def gather_mpi_facts() -> MpiFacts:
         Open MPI without a query, ``ompi_info``'s output.
 
     Example:
-        >>> from mpicomm.cuda_aware import gather_mpi_facts
+        >>> from mpicomm.gpu.cuda_aware import gather_mpi_facts
         >>> facts = gather_mpi_facts()
         >>> facts.library_version != ""
         True
@@ -355,7 +355,7 @@ def cuda_awareness() -> CudaAwareness:
         ArgumentError: ``MPICOMM_CUDA_AWARE`` holds a value other than auto, 1 or 0.
 
     Example:
-        >>> from mpicomm.cuda_aware import cuda_awareness
+        >>> from mpicomm.gpu.cuda_aware import cuda_awareness
         >>> cuda_awareness().path in ("direct", "staged")
         True
     """
@@ -370,7 +370,7 @@ def reset_cuda_awareness() -> None:
     """Forget the kept decision, so that the next :func:`cuda_awareness` decides again (for tests).
 
     Example:
-        >>> from mpicomm.cuda_aware import reset_cuda_awareness
+        >>> from mpicomm.gpu.cuda_aware import reset_cuda_awareness
         >>> reset_cuda_awareness()
     """
     _Cache.value = None

@@ -61,7 +61,7 @@ def env_local_rank(env: Mapping[str, str]) -> tuple[str, int] | None:
         ArgumentError: the variable holds something other than a non-negative integer.
 
     Example:
-        >>> from mpicomm.device import env_local_rank
+        >>> from mpicomm.gpu.device import env_local_rank
         >>> env_local_rank({"SLURM_LOCALID": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "3"})
         ('OMPI_COMM_WORLD_LOCAL_RANK', 3)
         >>> env_local_rank({}) is None
@@ -95,7 +95,7 @@ def local_rank() -> int:
         ArgumentError: a launcher variable holds something other than a non-negative integer.
 
     Example:
-        >>> from mpicomm.device import local_rank
+        >>> from mpicomm.gpu.device import local_rank
         >>> local_rank() >= 0
         True
     """
@@ -131,7 +131,7 @@ def reset_local_rank() -> None:
     """Forget the kept node-local rank, so that the next :func:`local_rank` asks MPI again (for tests).
 
     Example:
-        >>> from mpicomm.device import reset_local_rank
+        >>> from mpicomm.gpu.device import reset_local_rank
         >>> reset_local_rank()
     """
     _Cache.local_rank = None
@@ -151,7 +151,7 @@ def visible_devices(env: Mapping[str, str]) -> list[str] | None:
         The honoured entries, or ``None`` when the variable is unset (every device is visible).
 
     Example:
-        >>> from mpicomm.device import visible_devices
+        >>> from mpicomm.gpu.device import visible_devices
         >>> visible_devices({"CUDA_VISIBLE_DEVICES": "2, 3,-1,0"})
         ['2', '3']
         >>> visible_devices({"CUDA_VISIBLE_DEVICES": ""})
@@ -183,7 +183,7 @@ def physical_device(index: int, env: Mapping[str, str]) -> str:
         shorter.
 
     Example:
-        >>> from mpicomm.device import physical_device
+        >>> from mpicomm.gpu.device import physical_device
         >>> physical_device(1, {"CUDA_VISIBLE_DEVICES": "4,6"}), physical_device(1, {})
         ('6', '1')
     """
@@ -206,7 +206,7 @@ def select_device(local_rank: int, device_count: int) -> int:
         ArgumentError: ``local_rank`` is negative or ``device_count`` is below 1.
 
     Example:
-        >>> from mpicomm.device import select_device
+        >>> from mpicomm.gpu.device import select_device
         >>> [select_device(r, 4) for r in range(6)]
         [0, 1, 2, 3, 0, 1]
     """
@@ -244,7 +244,7 @@ def bind_device(
             cannot be counted (no cupy, no ``CUDA_VISIBLE_DEVICES`` and no ``device_count``).
 
     Example:
-        >>> from mpicomm.device import bind_device
+        >>> from mpicomm.gpu.device import bind_device
         >>> bind_device("cpu") is None
         True
         >>> bind_device("cpu", local_rank=5) is None   # "cuda" would pick select_device(5, count)

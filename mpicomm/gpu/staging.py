@@ -71,7 +71,7 @@ def numpy_allocator(nbytes: int) -> np.ndarray:
     """Allocate ``nbytes`` of ordinary (pageable) host memory; the pool's default.
 
     Example:
-        >>> from mpicomm.staging import numpy_allocator
+        >>> from mpicomm.gpu.staging import numpy_allocator
         >>> numpy_allocator(16).nbytes
         16
     """
@@ -99,7 +99,7 @@ def size_class(nbytes: int) -> int:
     the memory held.
 
     Example:
-        >>> from mpicomm.staging import size_class
+        >>> from mpicomm.gpu.staging import size_class
         >>> size_class(0), size_class(4096), size_class(4097), size_class(3 << 20)
         (4096, 4096, 8192, 4194304)
     """
@@ -147,7 +147,7 @@ class HostBufferPool:
 
     Example:
         >>> import numpy as np
-        >>> from mpicomm.staging import HostBufferPool
+        >>> from mpicomm.gpu.staging import HostBufferPool
         >>> pool = HostBufferPool()
         >>> with pool.borrow(1000) as buf:
         ...     buf[:3] = [1, 2, 3]
@@ -244,7 +244,7 @@ class HostBufferPool:
         """Lend a buffer of ``nbytes`` bytes for the ``with`` block, and take it back after.
 
         Example:
-            >>> from mpicomm.staging import HostBufferPool
+            >>> from mpicomm.gpu.staging import HostBufferPool
             >>> with HostBufferPool().borrow(8) as buf:
             ...     buf.view("float64").shape
             (1,)
@@ -259,7 +259,7 @@ class HostBufferPool:
         """The pool's counters now.
 
         Example:
-            >>> from mpicomm.staging import HostBufferPool
+            >>> from mpicomm.gpu.staging import HostBufferPool
             >>> HostBufferPool().stats().bytes_held
             0
         """
@@ -367,7 +367,7 @@ def chunk_bytes(env: Mapping[str, str] | None = None) -> int:
         ArgumentError: the value is not a size, is 0, or is above 2**31 - 1 bytes.
 
     Example:
-        >>> from mpicomm.staging import chunk_bytes
+        >>> from mpicomm.gpu.staging import chunk_bytes
         >>> chunk_bytes({}), chunk_bytes({"MPICOMM_STAGING_CHUNK": "512K"})
         (4194304, 524288)
         >>> chunk_bytes({"MPICOMM_STAGING_CHUNK": "1MiB"})
@@ -413,7 +413,7 @@ def plan_chunks(nbytes: int, itemsize: int = 1, chunk: int | None = None, buffer
             multiple of ``itemsize``.
 
     Example:
-        >>> from mpicomm.staging import plan_chunks
+        >>> from mpicomm.gpu.staging import plan_chunks
         >>> plan = plan_chunks(80, itemsize=8, chunk=30)   # 24-byte chunks: 3 float64 each
         >>> [(c.start, c.stop, c.buffer) for c in plan]
         [(0, 24, 0), (24, 48, 1), (48, 72, 0), (72, 80, 1)]

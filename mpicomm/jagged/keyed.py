@@ -48,7 +48,7 @@ class KeyedJaggedArray:
 
     Example:
         >>> import numpy as np
-        >>> from mpicomm.keyed import KeyedJaggedArray
+        >>> from mpicomm.jagged import KeyedJaggedArray
         >>> kja = KeyedJaggedArray(["A", "B"], np.array([100, 101, 102, 200, 201]),
         ...                        lengths=np.array([1, 0, 2, 0, 1, 1]))
         >>> kja.stride(), kja.length_per_key(), kja.offset_per_key()
@@ -139,7 +139,7 @@ class KeyedJaggedArray:
 
         Example:
             >>> import numpy as np
-            >>> from mpicomm.keyed import KeyedJaggedArray
+            >>> from mpicomm.jagged import KeyedJaggedArray
             >>> offsets = np.array([0, 2, 2, 3, 4, 5, 8])
             >>> kja = KeyedJaggedArray.from_offsets(["F0", "F1"], np.arange(8.0), offsets)
             >>> kja.lengths().tolist(), kja.length_per_key()
@@ -168,7 +168,7 @@ class KeyedJaggedArray:
             weights_dtype: The weights' dtype (default: float32).
 
         Example:
-            >>> from mpicomm.keyed import KeyedJaggedArray
+            >>> from mpicomm.jagged import KeyedJaggedArray
             >>> kja = KeyedJaggedArray.from_dict({"A": [[100], [], [101, 102]], "B": [[], [200], [201]]})
             >>> kja.lengths().tolist(), kja.values().tolist()
             ([1, 0, 2, 0, 1, 1], [100, 101, 102, 200, 201])

@@ -104,7 +104,7 @@ OPS: dict[str, Spec] = {
 #: Measurements that are not one A/B comparison per size, run after the sweep when named in --ops.
 REPORTS = {
     "jagged_realistic": "KJTAllToAll, realistic shape: counts / values / recat split",
-    "objects": "object collectives vs comm.bcast / pkl5 (mpicomm.bench_objects)",
+    "objects": "object collectives vs comm.bcast / pkl5 (mpicomm.apps.bench.objects)",
     "planner": "GreedyPerfPartitioner: 10,000 options (100,000 shards) on 4,096 ranks, on rank 0",
 }
 
