@@ -223,7 +223,10 @@ s_info() { # mpich | ompi (MPICOMM_CUDA_AWARE unset: shows what auto decides)
 
 s_smoke() { # raw mpi4py on cupy buffers through the CUDA Open MPI, 2 ranks: proves the MPI build
   use_path ompi || return 1
-  "$MPIEXEC" "${MPIFLAGS[@]}" -n 2 "$PYV" - <<'PY'
+  local code
+  # -c, not stdin: mpirun and mpiexec give stdin to rank 0 only.
+  code=$(
+    cat <<'PY'
 import sys
 import cupy as cp
 from mpi4py import MPI
@@ -247,6 +250,8 @@ lib = MPI.Get_library_version().splitlines()[0]
 print(f"rank {r}/{n}: Allreduce, Bcast, Sendrecv on cupy buffers through {lib}: {'ok' if ok else 'WRONG'}")
 sys.exit(0 if ok else 1)
 PY
+  )
+  "$MPIEXEC" "${MPIFLAGS[@]}" -n 2 "$PYV" -c "$code"
 }
 
 s_test() { # staged|direct NP

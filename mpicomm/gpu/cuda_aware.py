@@ -35,6 +35,7 @@ __all__ = [
     "CudaAwareness",
     "MpiFacts",
     "cuda_awareness",
+    "cuda_driver_loads",
     "decide",
     "gather_mpi_facts",
     "loaded_libmpi_paths",
@@ -94,12 +95,15 @@ class MpiFacts:
             ``"impi-rt"``), or ``None`` when it is another installation.
         ompi_info: The output of ``ompi_info --parsable --all`` where it was asked for (Open MPI without a
             query), else ``None``.
+        cuda_driver: Whether the CUDA driver library (``libcuda.so.1``) loads in this process; ``None``
+            when it was not tried. A library built with CUDA cannot move device memory without it.
     """
 
     library_version: str
     query: tuple[str, int] | None = None
     pypi_wheel: str | None = None
     ompi_info: str | None = None
+    cuda_driver: bool | None = None
 
 
 class _Cache:
@@ -171,10 +175,49 @@ def decide(env: Mapping[str, str], facts: MpiFacts | None) -> CudaAwareness:
         reason = f"{name}() returned {value}"
         if not value and wheel is not None:
             reason += f"; the {wheel} wheel from PyPI is not CUDA-aware"
-        return CudaAwareness(bool(value), "query", reason)
-    if wheel is not None:
+        decision = CudaAwareness(bool(value), "query", reason)
+    elif wheel is not None:
         return CudaAwareness(False, "vendor hint", f"the {wheel} wheel from PyPI is not CUDA-aware")
-    return _vendor_hint(env, facts)
+    else:
+        decision = _vendor_hint(env, facts)
+    return _runtime_checks(env, facts, decision) if decision.aware else decision
+
+
+def _runtime_checks(env: Mapping[str, str], facts: MpiFacts, decision: CudaAwareness) -> CudaAwareness:
+    """Overrule a "yes" that only says how the library was built (a wrong "yes" is a crash in MPI).
+
+    Open MPI 4's ``MPIX_Query_cuda_support`` reports the build, not what works: it still says 1 with
+    ``OMPI_MCA_opal_cuda_support=0`` and with no CUDA driver. Open MPI 5's answer is a run-time one.
+    """
+    if facts.cuda_driver is False:
+        return CudaAwareness(
+            False, decision.source, f"{decision.reason}, but the CUDA driver (libcuda.so.1) does not load"
+        )
+    match = re.search(r"open mpi v(\d+)", facts.library_version.lower())
+    switch = env.get("OMPI_MCA_opal_cuda_support", "").strip().lower()
+    if match and int(match.group(1)) < 5 and switch in _OFF:
+        return CudaAwareness(
+            False,
+            decision.source,
+            f"{decision.reason}, but OMPI_MCA_opal_cuda_support={switch} turns CUDA off in Open MPI "
+            f"{match.group(1)} (its query reports the build)",
+        )
+    return decision
+
+
+def cuda_driver_loads() -> bool:
+    """Whether ``libcuda.so.1``, the CUDA driver library, loads in this process.
+
+    Example:
+        >>> from mpicomm.gpu.cuda_aware import cuda_driver_loads
+        >>> cuda_driver_loads() in (True, False)
+        True
+    """
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def _wheel_in_version(version: str) -> str | None:
@@ -283,7 +326,7 @@ def gather_mpi_facts() -> MpiFacts:
     ompi_info = None
     if query is None and "open mpi" in version.lower():
         ompi_info = _run_ompi_info()
-    return MpiFacts(version, query, _pypi_wheel(), ompi_info)
+    return MpiFacts(version, query, _pypi_wheel(), ompi_info, cuda_driver_loads())
 
 
 def _query_cuda_support() -> tuple[str, int] | None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -236,3 +240,69 @@ def test_gathered_facts_of_this_mpi_give_a_reasoned_decision(monkeypatch: pytest
         assert facts.query == ("MPIX_Query_cuda_support", 0)
         assert facts.pypi_wheel == "mpich"
         assert not got.aware and "mpich wheel from PyPI is not CUDA-aware" in got.reason
+
+
+# ---- run-time checks over a build-time "yes" ------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", "false", "no", "off"])
+def test_open_mpi_4_query_1_is_overruled_by_the_mca_switch(value: str) -> None:
+    facts = MpiFacts(OPEN_MPI, ("MPIX_Query_cuda_support", 1), cuda_driver=True)
+    got = decide({"OMPI_MCA_opal_cuda_support": value}, facts)
+    assert got.aware is False and got.path == "staged"
+    assert f"OMPI_MCA_opal_cuda_support={value}" in got.reason and "returned 1" in got.reason
+
+
+def test_open_mpi_5_query_is_a_run_time_answer_and_kept() -> None:
+    facts = MpiFacts("Open MPI v5.0.6, package: Open MPI", ("MPIX_Query_cuda_support", 1), cuda_driver=True)
+    assert decide({"OMPI_MCA_opal_cuda_support": "0"}, facts).aware is True
+
+
+def test_query_1_without_a_cuda_driver_is_staged() -> None:
+    got = decide({}, MpiFacts(OPEN_MPI, ("MPIX_Query_cuda_support", 1), cuda_driver=False))
+    assert got == CudaAwareness(
+        False,
+        "query",
+        "MPIX_Query_cuda_support() returned 1, but the CUDA driver (libcuda.so.1) does not load",
+    )
+
+
+def test_vendor_yes_without_a_cuda_driver_is_staged() -> None:
+    got = decide({"MV2_USE_CUDA": "1"}, MpiFacts(MVAPICH, cuda_driver=False))
+    assert got.aware is False and "libcuda.so.1" in got.reason
+
+
+def test_an_unknown_driver_state_keeps_the_query_answer() -> None:
+    assert decide({}, MpiFacts(OPEN_MPI, ("MPIX_Query_cuda_support", 1))).aware is True
+
+
+CUDA_OMPI = Path(__file__).resolve().parents[3] / "shared" / "gpu" / "openmpi-4.1.4-cuda.tar.xz"
+
+
+@pytest.mark.skipif(not CUDA_OMPI.exists(), reason=f"{CUDA_OMPI} is not beside the checkout")
+@pytest.mark.skipif(cuda_aware.cuda_driver_loads(), reason="this machine has a CUDA driver")
+def test_the_shared_cuda_open_mpi_without_a_driver_says_staged(tmp_path: Path) -> None:
+    """The real CUDA build of Open MPI 4.1.4 answers 1 to its query; with no driver, mpicomm stages."""
+    subprocess.run(["tar", "xJf", str(CUDA_OMPI), "-C", str(tmp_path)], check=True, timeout=120)
+    prefix = tmp_path / "openmpi-4.1.4-cuda"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPICOMM_"))}
+    env.update(
+        OPAL_PREFIX=str(prefix),
+        PATH=f"{prefix / 'bin'}:{env.get('PATH', '')}",
+        LD_LIBRARY_PATH=str(prefix / "lib"),
+        MPI4PY_LIBMPI=str(prefix / "lib" / "libmpi.so.40"),
+        OMPI_MCA_opal_warn_on_missing_libcuda="0",
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+    )
+    code = (
+        "import json; from mpicomm.gpu.cuda_aware import cuda_awareness, gather_mpi_facts; "
+        "f = gather_mpi_facts(); a = cuda_awareness(); "
+        "print(json.dumps([f.library_version[:16], f.query, a.path, a.reason]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    version, query, path, reason = json.loads(done.stdout.strip().splitlines()[-1])
+    assert version.startswith("Open MPI v4.1.4")
+    assert query == ["MPIX_Query_cuda_support", 1]
+    assert path == "staged" and "libcuda.so.1" in reason
