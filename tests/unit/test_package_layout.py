@@ -23,7 +23,7 @@ ALLOWED = {
     "dense": {"core"},
     "jagged": {"core"},
     "objects": {"core", "dense"},
-    "gpu": {"core"},
+    "gpu": {"core", "dense", "jagged"},
     "planner": set(),
     "apps": {"*"},
 }

@@ -1,0 +1,138 @@
+"""Every cupy call the GPU paths make, behind one small interface that a CPU test can stand in for.
+
+The staged path needs few things from CUDA: the caller's current stream, two streams of its own for
+the copies, events between streams, asynchronous copies between device arrays and pinned host
+buffers, and a device-side assignment for layouts a plain copy cannot write. :class:`CupyBackend`
+does them with cupy; the unit tests drive the same code with a deliberately lazy stand-in, which
+checks the ordering of waits and nothing else (it is no GPU verification).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError
+
+__all__ = ["Backend", "CupyBackend", "backend", "set_backend"]
+
+_D2H, _H2D = 2, 1  # cudaMemcpyDeviceToHost, cudaMemcpyHostToDevice
+
+
+class Backend(Protocol):
+    """What the GPU paths ask of CUDA; streams and events use cupy's method names."""
+
+    def current_stream(self) -> Any:
+        """The caller's current stream (work queued before a call is on it)."""
+
+    def copy_streams(self) -> tuple[Any, Any]:
+        """This device's device-to-host and host-to-device copy streams (made once)."""
+
+    def contiguous(self, x: Any) -> Any:
+        """``x`` if it is C-contiguous, else a C-contiguous copy queued on the current stream."""
+
+    def to_host(self, host: np.ndarray, dev: Any, stream: Any) -> None:
+        """Queue a copy of the contiguous device array ``dev`` into ``host`` on ``stream``."""
+
+    def to_device(self, dev: Any, host: np.ndarray, stream: Any) -> None:
+        """Queue a copy of ``host`` into the device array ``dev`` (any layout) on ``stream``."""
+
+    def check_device(self, x: Any, fn: str, arg: str) -> None:
+        """Raise ArgumentError if ``x`` is not on the current device."""
+
+    def pinned(self, nbytes: int) -> np.ndarray:
+        """A new pinned host buffer of ``nbytes`` bytes (``uint8``)."""
+
+    def asarray(self, host: np.ndarray) -> Any:
+        """A new device array with the contents of ``host`` (blocking)."""
+
+
+class CupyBackend:
+    """:class:`Backend` on cupy: two non-blocking copy streams per device, raw ``cudaMemcpyAsync``."""
+
+    def __init__(self) -> None:
+        self.cp: Any = importlib.import_module("cupy")
+        self._streams: dict[int, tuple[Any, Any]] = {}
+        self._lock = threading.Lock()
+
+    def current_stream(self) -> Any:
+        """See :class:`Backend`."""
+        return self.cp.cuda.get_current_stream()
+
+    def copy_streams(self) -> tuple[Any, Any]:
+        """See :class:`Backend`."""
+        dev = self.cp.cuda.Device().id
+        with self._lock:
+            made = self._streams.get(dev)
+            if made is None:
+                stream = self.cp.cuda.Stream
+                made = self._streams[dev] = (stream(non_blocking=True), stream(non_blocking=True))
+        return made
+
+    def contiguous(self, x: Any) -> Any:
+        """See :class:`Backend`."""
+        return x if x.flags.c_contiguous else self.cp.ascontiguousarray(x)
+
+    def to_host(self, host: np.ndarray, dev: Any, stream: Any) -> None:
+        """See :class:`Backend`."""
+        if host.nbytes:
+            self.cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, host.nbytes, _D2H, stream.ptr)
+
+    def to_device(self, dev: Any, host: np.ndarray, stream: Any) -> None:
+        """See :class:`Backend`."""
+        if not host.nbytes:
+            return
+        if dev.flags.c_contiguous:
+            self.cp.cuda.runtime.memcpyAsync(dev.data.ptr, host.ctypes.data, host.nbytes, _H2D, stream.ptr)
+            return
+        with stream:  # a strided destination: one contiguous copy, then a device-side assignment
+            tmp = self.cp.empty(host.shape, host.dtype)
+            self.cp.cuda.runtime.memcpyAsync(tmp.data.ptr, host.ctypes.data, host.nbytes, _H2D, stream.ptr)
+            dev[...] = tmp
+
+    def check_device(self, x: Any, fn: str, arg: str) -> None:
+        """See :class:`Backend`."""
+        current = self.cp.cuda.Device().id
+        if x.device.id != current:
+            raise ArgumentError(
+                f"{fn}: {arg} is on CUDA device {x.device.id}; expected the current device {current} "
+                "(bind each rank to its GPU with mpicomm.gpu.device.bind_device, or use cupy.cuda.Device)"
+            )
+
+    def pinned(self, nbytes: int) -> np.ndarray:
+        """See :class:`Backend`."""
+        out: np.ndarray = importlib.import_module("cupyx").empty_pinned((nbytes,), np.uint8)
+        return out
+
+    def asarray(self, host: np.ndarray) -> Any:
+        """See :class:`Backend`."""
+        return self.cp.asarray(host)
+
+
+class _Current:
+    value: Any = None
+
+
+def backend() -> Any:
+    """The backend in use: cupy's, made on first use (cupy is imported only then).
+
+    Raises:
+        ArgumentTypeError: cupy cannot be imported (a cupy-like array came from elsewhere).
+    """
+    if _Current.value is None:
+        try:
+            _Current.value = CupyBackend()
+        except ImportError as exc:
+            raise ArgumentTypeError(
+                f"mpicomm: a device array was given but cupy does not import: {exc}"
+            ) from exc
+    return _Current.value
+
+
+def set_backend(value: Any) -> Any:
+    """Use ``value`` as the backend (``None``: cupy's again) and return the one it replaces (for tests)."""
+    old, _Current.value = _Current.value, value
+    return old

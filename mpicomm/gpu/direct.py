@@ -1,0 +1,167 @@
+"""The direct path: device pointers straight to a CUDA-aware MPI, for blocking data movement.
+
+Used only where the MPI really handles device memory (Open MPI 4.1's CUDA build: blocking point-to-
+point and blocking collectives; never non-blocking collectives or ``MPI_Reduce_local``), so only for
+blocking calls, and only for the calls that move data without arithmetic: ``broadcast``,
+``all_gather_into_tensor``, ``all_to_all_single``, ``send`` and ``recv``. Reductions stay staged:
+Open MPI's CUDA reductions copy through pageable host memory, unpipelined, which the staged pipeline
+beats (docs/gpu.rst).
+
+Each function makes the same MPI call on the same communicator as the host implementation, so ranks
+may mix paths within one call. It first waits for the caller's current stream (mpi4py hands device
+pointers to MPI without any synchronisation). A non-contiguous output goes through a contiguous
+device temporary. Anything unusual (validation mode, a rank outside the group, an argument the host
+code would refuse) returns ``NotImplemented``, and the staged path, which runs the host code, serves
+the call or raises its error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _mpi
+from ..core import validation
+from ..core.buffers import datatype
+from ..core.groups import ProcessGroup, resolve, root_rank
+from ..dense.alltoall import _counts, _row, _splits, _unsplit
+from ..dense.p2p import _peer, _tag
+from .backend import backend
+
+__all__ = ["all_gather_into_tensor", "all_to_all_single", "broadcast", "recv", "send"]
+
+
+def _group(group: ProcessGroup | None, fn: str) -> ProcessGroup | None:
+    if validation._Flag.on:
+        return None
+    g = resolve(group, fn)
+    return g if g.comm is not None else None
+
+
+def _ready(*inputs: Any) -> list[Any]:
+    """Contiguous versions of ``inputs``, after the caller's current stream has finished its work."""
+    be = backend()
+    out = [be.contiguous(x) for x in inputs]
+    be.current_stream().synchronize()
+    return out
+
+
+def _writable(out: Any) -> tuple[Any, Any]:
+    """The buffer MPI writes (``out`` or a contiguous temporary) and a function that finishes it."""
+    if out.flags.c_contiguous:
+        return out, lambda: None
+    tmp = backend().cp.empty(out.shape, out.dtype)
+
+    def back() -> None:
+        out[...] = tmp
+        backend().current_stream().synchronize()
+
+    return tmp, back
+
+
+def broadcast(
+    tensor: Any,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_src: int | None = None,
+) -> Any:
+    """``broadcast`` with the device array handed to MPI (``NotImplemented`` where not applicable)."""
+    g = _group(group, "broadcast")
+    if g is None or async_op:
+        return NotImplemented
+    root = root_rank(g, src, group_src, "broadcast", "src")
+    buf, back = _writable(tensor)
+    if g.rank == root:
+        (buf,) = _ready(tensor)
+    else:
+        _ready()
+    g.comm.Bcast([buf, datatype(tensor.dtype)], root)
+    if g.rank != root:
+        back()
+    return None
+
+
+def all_gather_into_tensor(
+    output_tensor: Any, input_tensor: Any, group: ProcessGroup | None = None, async_op: bool = False
+) -> Any:
+    """``all_gather_into_tensor`` with device arrays handed to MPI."""
+    g = _group(group, "all_gather_into_tensor")
+    if g is None or async_op or output_tensor.dtype != input_tensor.dtype:
+        return NotImplemented
+    if output_tensor.size != g.size * input_tensor.size:
+        return NotImplemented
+    out, back = _writable(output_tensor)
+    (inp,) = _ready(input_tensor)
+    dt = datatype(inp.dtype)
+    g.comm.Allgather([inp, dt], [out, dt])
+    back()
+    return None
+
+
+def all_to_all_single(
+    output: Any,
+    input: Any,
+    output_split_sizes: Any = None,
+    input_split_sizes: Any = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    """``all_to_all_single`` with device arrays handed to MPI (``Alltoall`` or ``Alltoallv``)."""
+    fn = "all_to_all_single"
+    g = _group(group, fn)
+    if g is None or async_op or output.dtype != input.dtype:
+        return NotImplemented
+    try:
+        row = _row(input, output, fn)
+        out_rows = _splits(output_split_sizes, output, g.size, fn, "output")
+        in_rows = _splits(input_split_sizes, input, g.size, fn, "input")
+    except Exception:
+        return NotImplemented  # the staged path runs the host checks and raises their error
+    if out_rows[g.rank] != in_rows[g.rank]:
+        return NotImplemented
+    out, back = _writable(output)
+    (inp,) = _ready(input)
+    dt = datatype(inp.dtype)
+    if _unsplit(output_split_sizes) and _unsplit(input_split_sizes):
+        g.comm.Alltoall([inp, dt], [out, dt])
+    else:
+        g.comm.Alltoallv([inp, _counts(in_rows, row), dt], [out, _counts(out_rows, row), dt])
+    back()
+    return None
+
+
+def send(
+    tensor: Any,
+    dst: int | None = None,
+    group: ProcessGroup | None = None,
+    tag: int = 0,
+    group_dst: int | None = None,
+) -> Any:
+    """``send`` of a device array."""
+    g = _group(group, "send")
+    if g is None:
+        return NotImplemented
+    peer = _peer(g, dst, group_dst, "send", "dst", any_ok=False)
+    (x,) = _ready(tensor)
+    g.comm.Send([x, datatype(x.dtype)], peer, _tag(g, tag, "send"))
+    return None
+
+
+def recv(
+    tensor: Any,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    tag: int = 0,
+    group_src: int | None = None,
+) -> Any:
+    """``recv`` into a device array; returns the sender's world rank."""
+    g = _group(group, "recv")
+    if g is None:
+        return NotImplemented
+    peer = _peer(g, src, group_src, "recv", "src", any_ok=True)
+    buf, back = _writable(tensor)
+    _ready()
+    status = _mpi.MPI.Status()
+    g.comm.Recv([buf, datatype(tensor.dtype)], peer, _tag(g, tag, "recv"), status)
+    back()
+    return g.ranks[status.Get_source()]

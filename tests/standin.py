@@ -1,0 +1,128 @@
+"""A CPU stand-in for cupy arrays and CUDA streams, to test the GPU paths' logic without a GPU.
+
+It checks the order of waits and the plumbing of the staged path, nothing else: it is never the GPU
+verification (that is ``tests/gpu`` on a real GPU). Streams are *maximally lazy*: queued work runs only
+when something waits for it, so a missing ``wait_event`` or ``synchronize`` reads stale data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+class LazyEvent:
+    def __init__(self, stream: LazyStream, upto: int) -> None:
+        self.stream, self.upto = stream, upto
+
+    def synchronize(self) -> None:
+        self.stream.run(self.upto)
+
+
+class LazyStream:
+    def __init__(self, name: str) -> None:
+        self.name, self.queue, self.done = name, [], 0
+
+    def enqueue(self, fn: Callable[[], object]) -> None:
+        self.queue.append(fn)
+
+    def record(self) -> LazyEvent:
+        return LazyEvent(self, len(self.queue))
+
+    def wait_event(self, event: LazyEvent) -> None:
+        self.enqueue(event.synchronize)
+
+    def synchronize(self) -> None:
+        self.run(len(self.queue))
+
+    def run(self, upto: int) -> None:
+        while self.done < upto:
+            fn = self.queue[self.done]
+            self.done += 1
+            fn()
+
+
+class DeviceArray:
+    """Looks like a cupy array to mpicomm (module name and ``__cuda_array_interface__``)."""
+
+    def __init__(self, data: np.ndarray, device: int = 0) -> None:
+        self.a = data
+        self.device = type("Device", (), {"id": device})()
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": self.a.shape, "typestr": self.a.dtype.str, "data": (0, False), "version": 3}
+
+    shape = property(lambda self: self.a.shape)
+    dtype = property(lambda self: self.a.dtype)
+    size = property(lambda self: self.a.size)
+    nbytes = property(lambda self: self.a.nbytes)
+    itemsize = property(lambda self: self.a.itemsize)
+    ndim = property(lambda self: self.a.ndim)
+    flags = property(lambda self: self.a.flags)
+
+    def reshape(self, *shape: Any) -> DeviceArray:
+        return DeviceArray(self.a.reshape(*shape), self.device.id)
+
+    def __getitem__(self, key: Any) -> DeviceArray:
+        return DeviceArray(self.a[key], self.device.id)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.a[key] = value.a if isinstance(value, DeviceArray) else value
+
+    def get(self) -> np.ndarray:
+        return self.a.copy()
+
+
+DeviceArray.__module__ = "cupy_standin"  # what mpicomm.core.arrays looks for, with the interface
+
+
+class LazyBackend:
+    """The :class:`mpicomm.gpu.backend.Backend` of the stand-in: every copy queued on a lazy stream."""
+
+    def __init__(self) -> None:
+        self.current = LazyStream("current")
+        self.d2h, self.h2d = LazyStream("d2h"), LazyStream("h2d")
+        self.pinned_allocations = 0
+        self.device = 0
+
+    def current_stream(self) -> LazyStream:
+        return self.current
+
+    def copy_streams(self) -> tuple[LazyStream, LazyStream]:
+        return self.d2h, self.h2d
+
+    def contiguous(self, x: DeviceArray) -> DeviceArray:
+        if x.flags.c_contiguous:
+            return x
+        out = DeviceArray(np.empty(x.shape, x.dtype), x.device.id)
+        self.current.enqueue(lambda: np.copyto(out.a, x.a))
+        return out
+
+    def to_host(self, host: np.ndarray, dev: DeviceArray, stream: LazyStream) -> None:
+        src = dev.a
+        stream.enqueue(lambda: np.copyto(host, src.reshape(host.shape)))
+
+    def to_device(self, dev: DeviceArray, host: np.ndarray, stream: LazyStream) -> None:
+        dst = dev.a
+        stream.enqueue(lambda: np.copyto(dst, host.reshape(dst.shape)))
+
+    def check_device(self, x: DeviceArray, fn: str, arg: str) -> None:
+        from mpicomm.errors import ArgumentError
+
+        if x.device.id != self.device:
+            raise ArgumentError(f"{fn}: {arg} is on CUDA device {x.device.id}; expected {self.device}")
+
+    def pinned(self, nbytes: int) -> np.ndarray:
+        self.pinned_allocations += 1
+        return np.empty(nbytes, np.uint8)
+
+    def asarray(self, host: np.ndarray) -> DeviceArray:
+        return DeviceArray(np.array(host))
+
+    def write_later(self, dev: DeviceArray, values: np.ndarray) -> None:
+        """Queue a 'kernel' on the current stream that writes ``values`` into ``dev`` (not run yet)."""
+        dst = dev.a
+        self.current.enqueue(lambda: np.copyto(dst, values))
