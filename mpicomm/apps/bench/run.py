@@ -43,6 +43,7 @@ from .dense import (
     _scatter,
     _send_recv,
 )
+from .gpu import gpu_lines, gpu_report
 from .harness import (
     BANDWIDTH,
     DEFAULT_SIZES,
@@ -106,7 +107,11 @@ REPORTS = {
     "jagged_realistic": "KJTAllToAll, realistic shape: counts / values / recat split",
     "objects": "object collectives vs comm.bcast / pkl5 (mpicomm.apps.bench.objects)",
     "planner": "GreedyPerfPartitioner: 10,000 options (100,000 shards) on 4,096 ranks, on rank 0",
+    "gpu": "cupy collectives vs raw mpi4py and the pinned-copy bound (needs a GPU; --device cuda)",
 }
+
+#: The reports run by default: all but the GPU one, which needs cupy and a GPU.
+CPU_REPORTS = [k for k in REPORTS if k != "gpu"]
 
 
 def measure(ctl: MPI.Intracomm, env: Env, name: str, size: int, args: argparse.Namespace) -> Point:
@@ -166,7 +171,13 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__,
         epilog="ops (A: the mpicomm call, B: the baseline; ratio A/B above 1: mpicomm is slower):\n" + ops,
     )
-    p.add_argument("--ops", type=_ops, default=[*OPS, *REPORTS], help="comma-separated ops (default all)")
+    p.add_argument("--ops", type=_ops, default=[*OPS, *CPU_REPORTS], help="comma-separated ops (default all)")
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: the GPU report only (same as --ops gpu)",
+    )
     p.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help=SIZES_HELP)
     for flag, kind, default, metavar, text in OPTIONS:
         p.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
@@ -194,6 +205,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise SystemExit(2)
     if args.rounds < 1 or args.sample_time <= 0 or args.iters < 0:
         raise SystemExit("mpicomm.bench: expected --rounds >= 1, --sample-time > 0, --iters >= 0")
+    if args.device == "cuda":
+        args.ops = ["gpu"]
     return args
 
 
@@ -256,6 +269,8 @@ def report(
         print("\n" + objects_lines(extra["objects"]), flush=True)
     if "planner" in extra:
         print("\n" + planner_line(extra["planner"]), flush=True)
+    if "gpu" in extra:
+        print("\n" + gpu_lines(extra["gpu"]), flush=True)
     if args.json:
         settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
         doc = {
@@ -301,6 +316,7 @@ REPORT_RUNS: dict[str, Callable[[MPI.Intracomm, Env, argparse.Namespace], dict[s
     "jagged_realistic": jagged_realistic,
     "objects": objects_report,
     "planner": planner_scale,
+    "gpu": gpu_report,
 }
 
 
