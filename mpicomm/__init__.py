@@ -30,7 +30,7 @@ from .core.validation import is_validation_enabled, set_validation
 from .core.work import Work
 from .dense.alltoall import all_to_all, all_to_all_single
 from .dense.gathers import all_gather, all_gather_into_tensor, all_gather_single, gather, scatter
-from .dense.p2p import irecv, isend, recv, send
+from .dense.p2p import irecv, isend, recv, send, sendrecv
 from .dense.reductions import (
     all_reduce,
     barrier,
@@ -122,6 +122,7 @@ __all__ = [
     "scatter",
     "scatter_object_list",
     "send",
+    "sendrecv",
     "send_object_list",
     "set_safe_unpickling",
     "set_validation",
