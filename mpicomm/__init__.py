@@ -47,6 +47,7 @@ from .errors import (
     CrossRankMismatchError,
     GroupError,
     MpicommError,
+    MPIUnavailableError,
     ReductionTypeError,
 )
 from .jagged import JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable, jagged_all_to_all
@@ -78,6 +79,7 @@ __all__ = [
     "KJTAllToAll",
     "KJTAllToAllAwaitable",
     "KeyedJaggedArray",
+    "MPIUnavailableError",
     "MpicommError",
     "ObjectCollectiveError",
     "ProcessGroup",

@@ -135,6 +135,14 @@ def _format_bytes(n: int) -> str:
     return f"{n} bytes"
 
 
+def _mpi4py_version() -> str:
+    try:
+        import mpi4py
+    except ImportError:
+        return "not installed"
+    return str(mpi4py.__version__)
+
+
 def _abi_variant() -> str:
     """Which of the ABI-portable wheel's extensions mpi4py imported: ``mpich`` or ``openmpi``."""
     parts = Path(str(_mpi.MPI.__file__)).name.split(".")
@@ -147,7 +155,7 @@ def _loaded_libmpi() -> str:
 
 
 def main() -> int:
-    """Print the report on rank 0 and return 0.
+    """Print the report on rank 0 and return 0; without a loadable MPI, print why and return 1.
 
     Example:
         >>> from mpicomm.apps.info import main
@@ -155,6 +163,14 @@ def main() -> int:
         mpicomm: ...
         0
     """
+    problem = _mpi.diagnose()
+    if problem is not None:
+        print(f"mpicomm:  {__version__}")
+        print(f"python:   {platform.python_version()} ({sys.executable})")
+        print(f"numpy:    {np.__version__}")
+        print(f"mpi4py:   {_mpi4py_version()}")
+        print(f"MPI:      not available\n\n{problem}", flush=True)
+        return 1
     lines = collect()
     if get_rank() == 0:
         width = max(len(name) for name, _ in lines)
