@@ -77,7 +77,7 @@ def test_committed_job_scripts_equal_a_fresh_rendering(
 def test_the_three_job_scripts_exist_and_run_what_they_should() -> None:
     texts = {n: (JOBS / f"{n}.sbatch").read_text() for n in ("demo", "bench", "sharded")}
     assert "--nodes=2\n#SBATCH --ntasks-per-node=4" in texts["demo"] and texts["demo"].rstrip().endswith(
-        "-m mpicomm.demo"
+        "-m mpicomm.demo --quiet"
     )
     assert (
         "--nodes=1\n#SBATCH --ntasks-per-node=2" in texts["bench"]
