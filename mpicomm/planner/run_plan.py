@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     mpicomm.all_gather_object(hosts, here)  # every rank sees the same count, so raises the same error
     if layout.shape.nodes > 1 and len(set(hosts)) == 1 and size == layout.world_size:
-        raise one_machine(layout, f"all {size} ranks run on {hosts[0]}")
+        if rank == 0:  # every rank knows it: one short message, no traceback from each rank
+            print(one_machine(layout, f"all {size} ranks run on {hosts[0]}"), file=sys.stderr, flush=True)
+        return 1
     me = check_environment(layout, rank=rank, world_size=size)
     mine = plan.shards_on(rank)
     device = plan.devices[rank]
