@@ -490,7 +490,7 @@ exit status: 0 if every check passed on every rank, 1 otherwise"""
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, run the demo, and return the exit status (0 when every check passed)."""
     parser = argparse.ArgumentParser(
-        prog="python -m mpicomm.demo",
+        prog="python -m mpicomm demo",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_HELP,
         epilog=_EXAMPLES,

@@ -7,9 +7,11 @@ buffers (and why mpicomm thinks so), cupy and the visible GPUs; only rank 0 prin
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -154,8 +156,14 @@ def _loaded_libmpi() -> str:
     return ", ".join(cuda_aware.loaded_libmpi_paths()) or "unknown (no /proc/self/maps or no libmpi mapped)"
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Print the report on rank 0 and return 0; without a loadable MPI, print why and return 1.
+
+    Args:
+        argv: The options after ``info`` (only ``--help``); ``None`` for none.
+
+    Returns:
+        The exit status.
 
     Example:
         >>> from mpicomm.apps.info import main
@@ -163,6 +171,11 @@ def main() -> int:
         mpicomm: ...
         0
     """
+    argparse.ArgumentParser(
+        prog="python -m mpicomm info",
+        description=__doc__.split("\n\n")[0].split(": ", 1)[1] if __doc__ else None,
+        epilog="Without a loadable MPI library it prints why and what to do, and exits 1.",
+    ).parse_args([] if argv is None else list(argv))
     problem = _mpi.diagnose()
     if problem is not None:
         print(f"mpicomm:  {__version__}")

@@ -38,7 +38,7 @@ from ..planner.io import Spec
 
 __all__ = ["build_parser", "main"]
 
-PROG = "python -m mpicomm.plan"
+PROG = "python -m mpicomm plan"
 
 
 def build_parser() -> argparse.ArgumentParser:
