@@ -93,7 +93,7 @@ gpu-window: ## ON the GPU machine (no network): STEP=setup|test|bench|all (defau
 
 jobs: venv ## regenerate jobs/*.sbatch (and the sharded plan) from the command on each script's line 3
 	@set -e; for f in jobs/*.sbatch; do \
-	  cmd=$$(sed -n '3s/^#   python -m mpicomm.plan //p' $$f); echo "$$f: python -m mpicomm.plan $$cmd"; \
+	  cmd=$$(sed -n '3s/^#   python -m mpicomm[. ]plan //p' $$f); echo "$$f: python -m mpicomm plan $$cmd"; \
 	  eval "$(PY) -m mpicomm.plan --quiet $$cmd"; done
 
 lint: venv ## ruff check and format check

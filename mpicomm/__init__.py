@@ -36,6 +36,7 @@ from .errors import (
     CrossRankMismatchError,
     GroupError,
     MpicommError,
+    MPIUnavailableError,
     ReductionTypeError,
 )
 from .gpu.api import (
@@ -57,6 +58,7 @@ from .gpu.api import (
     reduce_scatter_tensor,
     scatter,
     send,
+    sendrecv,
 )
 from .jagged import JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
 from .objects import (
@@ -87,6 +89,7 @@ __all__ = [
     "KJTAllToAll",
     "KJTAllToAllAwaitable",
     "KeyedJaggedArray",
+    "MPIUnavailableError",
     "MpicommError",
     "ObjectCollectiveError",
     "ProcessGroup",
@@ -131,6 +134,7 @@ __all__ = [
     "scatter",
     "scatter_object_list",
     "send",
+    "sendrecv",
     "send_object_list",
     "set_safe_unpickling",
     "set_validation",

@@ -14,6 +14,7 @@ __all__ = [
     "CommunicationError",
     "CrossRankMismatchError",
     "GroupError",
+    "MPIUnavailableError",
     "MpicommError",
     "ReductionTypeError",
 ]
@@ -45,3 +46,7 @@ class GroupError(MpicommError, RuntimeError):
 
 class CommunicationError(MpicommError, RuntimeError):
     """MPI reported an error while carrying out a call."""
+
+
+class MPIUnavailableError(MpicommError, RuntimeError):
+    """No MPI library could be loaded, or mpi4py is missing; the message says what was tried and the fix."""

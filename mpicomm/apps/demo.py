@@ -169,6 +169,13 @@ def _ring(r: int, w: int) -> Step:
     return Step(np.array([r]), got if source == (r - 1) % w else None, np.array([(r - 1) % w]))
 
 
+def _halo(r: int, w: int) -> Step:
+    from .halo import check
+
+    mine, want = check(24, 32, steps=50)
+    return Step(np.array(mine.shape), mine, want, note="24x32 grid, 50 steps; this rank's block")
+
+
 def _barrier(r: int, w: int) -> Step:
     mpicomm.barrier()
     return Step(None, None, None)
@@ -285,6 +292,7 @@ CASES: list[tuple[str, Case]] = [
     ("scatter src=0 (uneven)", _scatter),
     ("reduce PRODUCT dst=0", _reduce),
     ("irecv/send ring r-1 -> r", _ring),
+    ("halo exchange (Jacobi, sendrecv)", _halo),
     ("barrier", _barrier),
     ("KJTAllToAll (keyed jagged)", _kjt),
     ("broadcast_object_list (config)", _broadcast_object_list),
@@ -392,21 +400,25 @@ def _details(names: Sequence[str], per_rank: list[list[list[object]]]) -> str:
     return text
 
 
-def run(cases: Sequence[tuple[str, Case]] = CASES) -> bool:
-    """Run every case on every rank, print the table on rank 0, and return whether all ranks passed."""
+def run(cases: Sequence[tuple[str, Case]] = CASES, quiet: bool = False) -> bool:
+    """Run every case on every rank, print the table on rank 0, and return whether all ranks passed.
+
+    With ``quiet``, rank 0 prints only the last line (``all checks passed`` or the failure count).
+    """
     w, r = mpicomm.get_world_size(), mpicomm.get_rank()
     rows: list[list[object]] = []
     for _, case in cases:
         step = case(r, w)
         rows.append([_fmt(step.sent), _fmt(step.got), _equal(step.got, step.want), step.note, step.detail])
     per_rank = _gather_rows(rows)
-    if per_rank is not None:
+    show = per_rank is not None and not quiet
+    if per_rank is not None and show:
         validation = "on" if mpicomm.is_validation_enabled() else "off"
         ranks = "" if w <= 4 else f"; showing ranks 0, 1 and {w - 1}, ok covers them all"
         print(f"mpicomm {mpicomm.__version__} demo on {w} rank(s), validation {validation}{ranks}")
         print(_table([name for name, _ in cases], per_rank), flush=True)
         print(_details([name for name, _ in cases], per_rank), end="", flush=True)
-    failures = np.array([sum(not row[2] for row in rows) + (not _plan(r, w, per_rank is not None))])
+    failures = np.array([sum(not row[2] for row in rows) + (not _plan(r, w, show))])
     mpicomm.all_reduce(failures)  # after rank 0 printed: a failing rank's exit may abort the job
     if per_rank is not None:
         print("all checks passed" if failures[0] == 0 else f"{failures[0]} check(s) FAILED", flush=True)
@@ -456,8 +468,10 @@ _HELP = """\
 Run each mpicomm collective on small data and check every rank's result against numpy:
 all_reduce (SUM, AVG, MAX, PREMUL_SUM, BXOR, async), broadcast, all_gather, all_gather_into_tensor,
 reduce_scatter, reduce_scatter_tensor, all_to_all_single, gather, scatter, reduce, send/recv,
-barrier, KJTAllToAll, broadcast_object_list (a configuration dict from rank 0) and gather_object
-(per-rank summaries to rank 0). Rank 0 prints one table: what each rank sent and got, and whether it
+a halo exchange (Jacobi steps of the heat equation on a Cartesian grid of ranks, ghost columns
+swapped in place with sendrecv, checked against one process), barrier, KJTAllToAll,
+broadcast_object_list (a configuration dict from rank 0) and gather_object (per-rank summaries to
+rank 0). Rank 0 prints one table: what each rank sent and got, and whether it
 matched, then each rank's keyed jagged array before and after KJTAllToAll, the configuration every
 rank received and the summaries rank 0 gathered, and last a small sharding plan for this job
 (plan table and load chart), planned on every rank and compared. Runs on any number of
@@ -467,6 +481,7 @@ _EXAMPLES = """\
 examples:
   python -m mpicomm.demo                          one rank, no launcher needed
   mpirun -n 8 python -m mpi4py -m mpicomm.demo    8 ranks; a failing rank aborts the job
+  python -m mpicomm demo --quiet                  only the last line (for batch jobs)
   make demo NP=4                                  the same through the Makefile
 
 exit status: 0 if every check passed on every rank, 1 otherwise"""
@@ -475,7 +490,7 @@ exit status: 0 if every check passed on every rank, 1 otherwise"""
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, run the demo, and return the exit status (0 when every check passed)."""
     parser = argparse.ArgumentParser(
-        prog="python -m mpicomm.demo",
+        prog="python -m mpicomm demo",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_HELP,
         epilog=_EXAMPLES,
@@ -485,11 +500,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="turn on validation mode (cross-rank checks of every call; same as MPICOMM_VALIDATE=1)",
     )
+    parser.add_argument(
+        "--quiet", action="store_true", help="print only the last line: all checks passed, or the failures"
+    )
     args = parser.parse_args(argv)
     mpicomm.init()
     if args.validate:
         mpicomm.set_validation(True)
-    return 0 if run() else 1
+    return 0 if run(quiet=args.quiet) else 1
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@ buffers (and why mpicomm thinks so), cupy and the visible GPUs; only rank 0 prin
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +137,14 @@ def _format_bytes(n: int) -> str:
     return f"{n} bytes"
 
 
+def _mpi4py_version() -> str:
+    try:
+        import mpi4py
+    except ImportError:
+        return "not installed"
+    return str(mpi4py.__version__)
+
+
 def _abi_variant() -> str:
     """Which of the ABI-portable wheel's extensions mpi4py imported: ``mpich`` or ``openmpi``."""
     parts = Path(str(_mpi.MPI.__file__)).name.split(".")
@@ -146,8 +156,14 @@ def _loaded_libmpi() -> str:
     return ", ".join(cuda_aware.loaded_libmpi_paths()) or "unknown (no /proc/self/maps or no libmpi mapped)"
 
 
-def main() -> int:
-    """Print the report on rank 0 and return 0.
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the report on rank 0 and return 0; without a loadable MPI, print why and return 1.
+
+    Args:
+        argv: The options after ``info`` (only ``--help``); ``None`` for none.
+
+    Returns:
+        The exit status.
 
     Example:
         >>> from mpicomm.apps.info import main
@@ -155,6 +171,19 @@ def main() -> int:
         mpicomm: ...
         0
     """
+    argparse.ArgumentParser(
+        prog="python -m mpicomm info",
+        description=__doc__.split("\n\n")[0].split(": ", 1)[1] if __doc__ else None,
+        epilog="Without a loadable MPI library it prints why and what to do, and exits 1.",
+    ).parse_args([] if argv is None else list(argv))
+    problem = _mpi.diagnose()
+    if problem is not None:
+        print(f"mpicomm:  {__version__}")
+        print(f"python:   {platform.python_version()} ({sys.executable})")
+        print(f"numpy:    {np.__version__}")
+        print(f"mpi4py:   {_mpi4py_version()}")
+        print(f"MPI:      not available\n\n{problem}", flush=True)
+        return 1
     lines = collect()
     if get_rank() == 0:
         width = max(len(name) for name, _ in lines)

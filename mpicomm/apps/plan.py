@@ -16,6 +16,7 @@ success and 2 on a bad spec, a plan that does not fit, or bad flags.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -37,7 +38,7 @@ from ..planner.io import Spec
 
 __all__ = ["build_parser", "main"]
 
-PROG = "python -m mpicomm.plan"
+PROG = "python -m mpicomm plan"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--account", help="default: $MPICOMM_ACCOUNT, else none")
     sb.add_argument("--partition", help="default: $MPICOMM_PARTITION, else none")
     sb.add_argument("--mpi", default="pmi2", help="default srun --mpi plugin (pmi2: MPICH; pmix: Open MPI)")
+    sb.add_argument(
+        "--chdir",
+        metavar="DIR",
+        help="directory the job runs in (#SBATCH --chdir); default: this directory, found at run time "
+        "from the script's place, so the script can be submitted from anywhere",
+    )
     view = p.add_argument_group("output")
     view.add_argument(
         "--sort-by", choices=("storage", "perf"), help="partitioner order (default: the spec's)"
@@ -150,12 +157,20 @@ def _run(argv: list[str]) -> int:
             partition=args.partition,
             mpi=args.mpi,
             header=header,
+            chdir=_chdir(args.chdir, args.sbatch),
         )
         Path(args.sbatch).write_text(text)
         say(f"batch script written to {args.sbatch}")
     elif command:
         raise ArgumentError("--: a command after -- is only used with --sbatch FILE")
     return 0
+
+
+def _chdir(given: str | None, sbatch: str) -> str:
+    """An absolute ``--chdir``, or this directory relative to the script's (found again at run time)."""
+    if given is not None:
+        return os.path.abspath(given)
+    return os.path.relpath(os.getcwd(), os.path.dirname(os.path.abspath(sbatch)))
 
 
 def _header_args(argv: Sequence[str]) -> list[str]:

@@ -1,19 +1,23 @@
-"""The one place that knows what an array is: type checks, dtype to MPI datatype, contiguity, messages.
+"""The one place that knows what an array is: type checks, dtype to MPI datatype, layouts, messages.
 
-Every other module asks this one; none of them tests for ``numpy.ndarray`` itself. The GPU issue adds
-cupy here (array module lookup, stream synchronisation, host staging) without touching the collectives.
+Every other module asks this one; none of them tests for ``numpy.ndarray`` itself or for its strides.
+A non-contiguous view travels in place through a derived datatype (:mod:`mpicomm.core.layouts`); only
+a layout MPI cannot describe (overlapping elements), or a call where MPI cannot use one (reductions),
+goes through a contiguous temporary that is copied back. The GPU issue adds cupy here (array module
+lookup, stream synchronisation, host staging) without touching the collectives.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError
+from . import layouts
 
 __all__ = [
     "Array",
@@ -26,8 +30,14 @@ __all__ = [
     "datatype",
     "displacements",
     "message",
+    "recv_message",
+    "row_message",
     "send_view",
+    "staged",
 ]
+
+#: Work to do once a message has landed: copy a temporary back into a strided output.
+Post = Callable[[], None] | None
 
 #: What mpicomm accepts as an array. cupy arrays join in the GPU issue.
 Array = np.ndarray
@@ -60,19 +70,16 @@ def check_array(x: object, fn: str, arg: str) -> np.ndarray:
 
 
 def check_output(x: object, fn: str, arg: str) -> np.ndarray:
-    """Like :func:`check_array`, and also require a writeable C-contiguous array (MPI writes into it).
+    """Like :func:`check_array`, and also require a writeable array (MPI writes into it).
+
+    Any layout is accepted: a strided view is written through, as torch writes through views.
 
     Raises:
         ArgumentTypeError: ``x`` is not an array.
-        ArgumentError: ``x`` is read-only or not C-contiguous.
+        ArgumentError: ``x`` is read-only.
     """
     x = check_array(x, fn, arg)
     flags = x.flags
-    if not flags.c_contiguous:
-        raise ArgumentError(
-            f"{fn}: {arg} is not C-contiguous (strides {x.strides}); expected a C-contiguous array "
-            "because MPI writes into it in place (pass numpy.ascontiguousarray(...) and copy back)"
-        )
     if not flags.writeable:
         raise ArgumentError(f"{fn}: {arg} is read-only; expected a writeable array")
     return x
@@ -142,12 +149,70 @@ def _make_datatype(dtype: np.dtype[Any]) -> Any:
 
 
 def message(x: np.ndarray) -> list[Any]:
-    """The mpi4py buffer specification ``[array, datatype]`` for a whole contiguous array."""
-    return [x, datatype(x.dtype)]
+    """The mpi4py buffer specification that sends ``x`` as it lies, whatever its strides.
+
+    Example:
+        >>> import numpy as np
+        >>> len(message(np.zeros((3, 4))[:, 0]))  # [memory, 1, derived datatype]
+        3
+    """
+    if x.flags.c_contiguous or x.size == 0:
+        return [x, datatype(x.dtype)]
+    return layouts.whole(x, datatype(x.dtype), readonly=True)
+
+
+def recv_message(x: np.ndarray) -> tuple[list[Any], Post]:
+    """The buffer specification to receive into ``x``, and what to do once the message has landed.
+
+    A C-contiguous or regularly strided ``x`` is written in place (the second item is None); a layout
+    whose elements overlap is received into a temporary that the second item copies back.
+    """
+    dt = datatype(x.dtype)
+    if x.flags.c_contiguous or x.size == 0:
+        return [x, dt], None
+    if layouts.regular(x):
+        return layouts.whole(x, dt, readonly=False), None
+    tmp = np.empty(x.shape, x.dtype)
+    return [tmp, dt], _copy_back(x, tmp)
+
+
+def staged(x: np.ndarray) -> tuple[np.ndarray, Post]:
+    """``x`` when C-contiguous, else a contiguous copy and the function that writes it back into ``x``.
+
+    For reductions: MPI's predefined ops are defined on predefined datatypes only, so a strided
+    in-place buffer is reduced in a temporary.
+    """
+    if x.flags.c_contiguous:
+        return x, None
+    tmp = np.ascontiguousarray(x)
+    return tmp, _copy_back(x, tmp)
+
+
+def row_message(x: np.ndarray, readonly: bool) -> tuple[Any, Any, int, Post]:
+    """``(buffer, datatype, unit, post)`` for messages counted in dim-0 rows of ``x``.
+
+    A row is ``unit`` items of ``datatype``: for a C-contiguous ``x`` the element type and the row's
+    element count; for a strided ``x`` one derived row type (``unit`` 1) resized to dim 0's stride, so
+    MPI reads or writes the rows in place. A layout rows cannot describe goes through a contiguous
+    temporary (``post`` copies it back when receiving).
+    """
+    dt = datatype(x.dtype)
+    if not (x.flags.c_contiguous or x.size == 0):
+        described = layouts.rows(x, dt, readonly)
+        if described is not None:
+            return described[0], described[1], 1, None
+        tmp = np.ascontiguousarray(x)
+        post = None if readonly else _copy_back(x, tmp)
+        return tmp, dt, row_size(x), post
+    return x, dt, row_size(x), None
+
+
+def _copy_back(x: np.ndarray, tmp: np.ndarray) -> Callable[[], None]:
+    return lambda: np.copyto(x, tmp)
 
 
 def send_view(x: np.ndarray) -> np.ndarray:
-    """``x`` itself when it is C-contiguous, else a C-contiguous copy (sending never needs writeback)."""
+    """``x`` itself when it is C-contiguous, else a C-contiguous copy (for local arithmetic on inputs)."""
     return x if x.flags.c_contiguous else np.ascontiguousarray(x)
 
 
@@ -201,14 +266,24 @@ def as_int_list(values: Sequence[int] | np.ndarray, fn: str, arg: str) -> list[i
 def check_disjoint(out: np.ndarray, inp: np.ndarray, fn: str, out_name: str, in_name: str) -> None:
     """Raise if an output and an input overlap in memory (MPI forbids aliased buffers).
 
+    Interleaved strided views (``a[:, 0]`` and ``a[:, 1]``) share a byte range but no element; they
+    are told apart exactly.
+
     Raises:
         ArgumentError: the two arrays share memory.
     """
-    if np.may_share_memory(out, inp):
+    if np.may_share_memory(out, inp) and _shares(out, inp):
         raise ArgumentError(
             f"{fn}: {in_name} overlaps {out_name} in memory; expected separate arrays "
             "(MPI forbids aliased send and receive buffers)"
         )
+
+
+def _shares(a: np.ndarray, b: np.ndarray) -> bool:
+    """Exactly whether ``a`` and ``b`` share an element (byte ranges suffice for contiguous arrays)."""
+    if a.flags.c_contiguous and b.flags.c_contiguous:
+        return True
+    return bool(np.shares_memory(a, b))  # exact: a small Diophantine problem per pair of views
 
 
 def check_disjoint_lists(
@@ -222,34 +297,42 @@ def check_disjoint_lists(
     """Raise if an output entry overlaps another output entry or an input entry.
 
     ``same_ok = (i, j)`` allows ``outs[i]`` and ``ins[j]`` to be the very same memory (this rank's
-    own entry, which is copied locally, never sent). One sort of the byte ranges: O(n log n).
+    own entry, which is copied locally, never sent). One sort of the byte ranges: O(n log n); entries
+    whose byte ranges meet are then compared element-exact when one of them is strided.
 
     Raises:
-        ArgumentError: two ranges overlap.
+        ArgumentError: two entries share memory.
     """
     arrays = [*outs, *ins]
     if all(a.base is None for a in arrays) and len({id(a) for a in arrays}) == len(arrays):
         return  # distinct arrays that each own their memory cannot overlap
-    spans = [(address(a), address(a) + a.nbytes, f"{out_name}[{i}]", True) for i, a in enumerate(outs)]
-    spans += [(address(a), address(a) + a.nbytes, f"{in_name}[{j}]", False) for j, a in enumerate(ins)]
+    spans = [(*_range(a), f"{out_name}[{i}]", True, a) for i, a in enumerate(outs)]
+    spans += [(*_range(a), f"{in_name}[{j}]", False, a) for j, a in enumerate(ins)]
     if same_ok is not None:
         o, i = outs[same_ok[0]], ins[same_ok[1]]
-        if address(o) == address(i) and o.nbytes == i.nbytes:
+        if _range(o) == _range(i) and o.strides == i.strides:
             del spans[len(outs) + same_ok[1]]
-    spans = sorted(s for s in spans if s[1] > s[0])
-    out_end, out_name_end = -1, ""
-    any_end, any_name_end = -1, ""
-    for start, end, name, is_out in spans:
-        clash = any_name_end if is_out and start < any_end else out_name_end if start < out_end else None
-        if clash:
-            raise ArgumentError(
-                f"{fn}: {name} overlaps {clash} in memory; expected separate arrays "
-                "(MPI forbids overlapping receive buffers)"
-            )
-        if end > any_end:
-            any_end, any_name_end = end, name
-        if is_out and end > out_end:
-            out_end, out_name_end = end, name
+    spans = sorted((s for s in spans if s[1] > s[0] and s[4].size), key=lambda s: (s[0], s[1]))
+    active: list[tuple[int, int, str, bool, np.ndarray]] = []
+    for span in spans:
+        start, _, name, is_out, arr = span
+        active = [a for a in active if a[1] > start]
+        for other in active:
+            if (is_out or other[3]) and _shares(arr, other[4]):
+                raise ArgumentError(
+                    f"{fn}: {name} overlaps {other[2]} in memory; expected separate arrays "
+                    "(MPI forbids overlapping receive buffers)"
+                )
+        active.append(span)
+
+
+def _range(x: np.ndarray) -> tuple[int, int]:
+    """The byte range ``[low, high)`` that ``x`` touches."""
+    if x.flags.c_contiguous:
+        start = address(x) if x.size else 0
+        return start, start + x.nbytes
+    low, nbytes = layouts.span(x)
+    return low, low + nbytes
 
 
 class _LargeCounts:

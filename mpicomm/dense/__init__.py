@@ -4,7 +4,7 @@
 - ``gathers``: ``all_gather(_into_tensor)``, ``gather``, ``scatter`` (uneven sizes without padding).
 - ``alltoall``: ``all_to_all`` and ``all_to_all_single`` with split sizes.
 - ``exchange``: the pairwise v-exchange that the list forms share.
-- ``p2p``: ``send``, ``recv``, ``isend``, ``irecv``.
+- ``p2p``: ``send``, ``recv``, ``isend``, ``irecv``, ``sendrecv``.
 
 May import: ``mpicomm.core``, ``mpicomm.errors``, ``mpicomm._mpi``.
 """

@@ -1,8 +1,12 @@
-"""All-to-all exchanges: ``all_to_all`` on lists of arrays and ``all_to_all_single`` with split sizes."""
+"""All-to-all exchanges: ``all_to_all`` on lists of arrays and ``all_to_all_single`` with split sizes.
+
+Inputs and outputs may be strided views: MPI reads and writes them in place through derived datatypes.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,10 +19,9 @@ from ..core.buffers import (
     check_disjoint_lists,
     check_output,
     check_same_dtype,
-    datatype,
     displacements,
+    row_message,
     row_size,
-    send_view,
 )
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
@@ -47,7 +50,7 @@ def all_to_all(
     them into a temporary (see :mod:`mpicomm.dense.exchange`).
 
     Args:
-        output_tensor_list: One writeable C-contiguous array per group rank, sized for what that rank sends.
+        output_tensor_list: One writeable array (any layout) per group rank, sized for what that rank sends.
         input_tensor_list: One array per group rank, to send to it.
         group: The process group; ``None`` for the world.
         async_op: Return a Work instead of blocking.
@@ -76,7 +79,6 @@ def all_to_all(
     outs = check_array_list(output_tensor_list, fn, "output_tensor_list", g.size, output=True)
     ins = check_array_list(input_tensor_list, fn, "input_tensor_list", g.size, output=False)
     check_same_dtype(outs[0], ins[0], fn, "output_tensor_list", "input_tensor_list")
-    ins = [send_view(a) for a in ins]
     me = g.rank
     if outs[me].size != ins[me].size:
         raise ArgumentError(
@@ -87,9 +89,10 @@ def all_to_all(
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(ins[0].dtype)}, [a.size for a in ins], [o.size for o in outs])
     peers = [p for p in range(g.size) if p != me]
-    requests = exchange(g, {p: outs[p] for p in peers}, {p: ins[p] for p in peers}, ALL_TO_ALL)
+    posts: list[Any] = []
+    requests = exchange(g, {p: outs[p] for p in peers}, {p: ins[p] for p in peers}, ALL_TO_ALL, posts)
     copy_own(outs[me], ins[me])
-    return finish(requests, async_op, (ins, outs), outs)
+    return finish(requests, async_op, (ins, outs), outs, posts)
 
 
 def all_to_all_single(
@@ -118,7 +121,7 @@ def all_to_all_single(
     ======  =============  =================  ==================  ============================
 
     Args:
-        output: Writeable C-contiguous array with ``sum(output_split_sizes)`` rows.
+        output: Writeable array with ``sum(output_split_sizes)`` rows, any layout.
         input: Array with ``sum(input_split_sizes)`` rows; its rows have the size of ``output``'s.
         output_split_sizes: Rows to receive from each group rank.
         input_split_sizes: Rows to send to each group rank.
@@ -149,7 +152,7 @@ def all_to_all_single(
         warn_non_member(g, fn)
         return None
     out = check_output(output, fn, "output")
-    inp = send_view(check_array(input, fn, "input"))
+    inp = check_array(input, fn, "input")
     check_same_dtype(out, inp, fn, "output", "input")
     check_disjoint(out, inp, fn, "output", "input")
     row = _row(inp, out, fn)
@@ -163,18 +166,22 @@ def all_to_all_single(
         )
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(inp.dtype), "row": row}, in_rows, out_rows, unit="rows")
-    dt = datatype(inp.dtype)
+    sbuf, sdt, sunit, _ = row_message(inp, readonly=True)
+    rbuf, rdt, runit, post = row_message(out, readonly=False)
     if _unsplit(output_split_sizes) and _unsplit(input_split_sizes):
-        send, recv = [inp, dt], [out, dt]
+        send: list[Any] = [sbuf, in_rows[0] * sunit, sdt]
+        recv: list[Any] = [rbuf, out_rows[0] * runit, rdt]
         if async_op:
-            return Work([g.comm.Ialltoall(send, recv)], keep=(inp, out), result=[out])
+            return Work([g.comm.Ialltoall(send, recv)], keep=(send, recv), result=[out], finish=post)
         g.comm.Alltoall(send, recv)
-        return None
-    send = [inp, _counts(in_rows, row), dt]
-    recv = [out, _counts(out_rows, row), dt]
-    if async_op:
-        return Work([g.comm.Ialltoallv(send, recv)], keep=(send, recv), result=[out])
-    g.comm.Alltoallv(send, recv)
+    else:
+        send = [sbuf, _counts(in_rows, sunit), sdt]
+        recv = [rbuf, _counts(out_rows, runit), rdt]
+        if async_op:
+            return Work([g.comm.Ialltoallv(send, recv)], keep=(send, recv), result=[out], finish=post)
+        g.comm.Alltoallv(send, recv)
+    if post is not None:
+        post()
     return None
 
 

@@ -11,12 +11,13 @@ so they cannot match the user's ``send``/``recv``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import _mpi
-from ..core.buffers import datatype
+from ..core.buffers import message, recv_message
 from ..core.work import Work
 
 if TYPE_CHECKING:
@@ -37,21 +38,29 @@ def exchange(
     recvs: dict[int, np.ndarray],
     sends: dict[int, np.ndarray],
     tag: int,
+    posts: list[Callable[[], None]] | None = None,
 ) -> list[Any]:
     """Post a receive into ``recvs[p]`` from each peer p and a send of ``sends[p]`` to each peer p.
 
     Args:
         g: The group (its internal communicator carries the messages).
-        recvs: Group rank -> C-contiguous array to receive into.
-        sends: Group rank -> C-contiguous array to send.
+        recvs: Group rank -> array to receive into, of any layout (strided views are written in place).
+        sends: Group rank -> array to send, of any layout.
         tag: The collective's tag, from this module.
+        posts: Where to add the copy-backs of receives that went through a temporary (overlapping
+            layouts only); ``None`` when every receive buffer is C-contiguous.
 
     Returns:
         The MPI requests, receives first.
     """
     comm = g.internal
-    requests = [comm.Irecv([x, datatype(x.dtype)], p, tag) for p, x in recvs.items()]
-    requests += [comm.Isend([x, datatype(x.dtype)], p, tag) for p, x in sends.items()]
+    requests = []
+    for p, x in recvs.items():
+        msg, post = recv_message(x)
+        if post is not None and posts is not None:
+            posts.append(post)
+        requests.append(comm.Irecv(msg, p, tag))
+    requests += [comm.Isend(message(x), p, tag) for p, x in sends.items()]
     return requests
 
 
@@ -60,9 +69,26 @@ def copy_own(dst: np.ndarray, src: np.ndarray) -> None:
     np.copyto(dst, src.reshape(dst.shape))
 
 
-def finish(requests: list[Any], async_op: bool, keep: Any, result: list[np.ndarray]) -> Work | None:
-    """Return a Work over ``requests``, or wait for them and return None."""
+def finish(
+    requests: list[Any],
+    async_op: bool,
+    keep: Any,
+    result: list[np.ndarray],
+    posts: list[Callable[[], None]] | None = None,
+) -> Work | None:
+    """Return a Work over ``requests``, or wait for them, run ``posts`` and return None."""
+    after = None if not posts else _run_all(posts)
     if async_op:
-        return Work(requests, keep=keep, result=result)
+        return Work(requests, keep=keep, result=result, finish=after)
     _mpi.MPI.Request.Waitall(requests)
+    if after is not None:
+        after()
     return None
+
+
+def _run_all(posts: list[Callable[[], None]]) -> Callable[[], None]:
+    def run() -> None:
+        for post in posts:
+            post()
+
+    return run

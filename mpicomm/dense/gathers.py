@@ -2,7 +2,8 @@
 
 Each call checks its arguments on the calling rank before any MPI call, and with validation mode on
 also across ranks. ``async_op=True`` returns a :class:`~mpicomm.Work`; otherwise the call blocks and
-returns ``None``. On a rank outside ``group`` every call warns and returns ``None``.
+returns ``None``. On a rank outside ``group`` every call warns and returns ``None``. Inputs and outputs
+may be strided views: MPI reads and writes them in place through derived datatypes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from ..core.buffers import (
     check_output,
     check_same_dtype,
     datatype,
-    send_view,
+    message,
+    row_message,
+    staged,
 )
 from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
 from ..core.work import Work
@@ -54,7 +57,7 @@ def all_gather(
     the list was 1.5x slower.
 
     Args:
-        tensor_list: One writeable C-contiguous output array per group rank, in rank order.
+        tensor_list: One writeable output array (any layout) per group rank, in rank order.
         tensor: This rank's input; ``tensor_list[rank]`` must have its size and dtype.
         group: The process group; ``None`` for the world.
         async_op: Return a Work instead of blocking.
@@ -80,7 +83,7 @@ def all_gather(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    tensor = send_view(check_array(tensor, fn, "tensor"))
+    tensor = check_array(tensor, fn, "tensor")
     outs = check_array_list(tensor_list, fn, "tensor_list", g.size, output=True)
     check_same_dtype(tensor, outs[0], fn, "tensor", "tensor_list")
     _check_own_size(outs[g.rank], tensor, fn, "tensor_list", g.rank)
@@ -89,9 +92,10 @@ def all_gather(
         validation.check(g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size, [o.size for o in outs])
     me = g.rank
     peers = [p for p in range(g.size) if p != me]
-    requests = exchange(g, {p: outs[p] for p in peers}, dict.fromkeys(peers, tensor), ALL_GATHER)
+    posts: list[Any] = []
+    requests = exchange(g, {p: outs[p] for p in peers}, dict.fromkeys(peers, tensor), ALL_GATHER, posts)
     copy_own(outs[me], tensor)
-    return finish(requests, async_op, (tensor, outs), outs)
+    return finish(requests, async_op, (tensor, outs), outs, posts)
 
 
 def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: int) -> None:
@@ -121,7 +125,7 @@ def all_gather_into_tensor(
     ======  ==========  ================================
 
     Args:
-        output_tensor: Writeable C-contiguous array of ``W * input_tensor.size`` elements.
+        output_tensor: Writeable array of ``W * input_tensor.size`` elements, any layout.
         input_tensor: This rank's contribution; the same size on every rank.
         group: The process group; ``None`` for the world.
         async_op: Return a Work instead of blocking.
@@ -147,7 +151,7 @@ def all_gather_into_tensor(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    inp = send_view(check_array(input_tensor, fn, "input_tensor"))
+    inp = check_array(input_tensor, fn, "input_tensor")
     out = check_output(output_tensor, fn, "output_tensor")
     check_same_dtype(inp, out, fn, "input_tensor", "output_tensor")
     if out.size != g.size * inp.size:
@@ -157,17 +161,31 @@ def all_gather_into_tensor(
         )
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(inp.dtype), "count": inp.size})
-    dt = datatype(inp.dtype)
-    send: Any = [inp, dt]
+    send: Any = message(inp)
     if _is_own_slot(inp, out, g.rank):
         send = _mpi.MPI.IN_PLACE  # torch's idiom: the input is this rank's slot of the output
     else:
         check_disjoint(out, inp, fn, "output_tensor", "input_tensor")
-    recv = [out, dt]
+    recv, post = _chunks(out, g.size)
     if async_op:
-        return Work([g.comm.Iallgather(send, recv)], keep=(inp, out), result=[out])
+        return Work([g.comm.Iallgather(send, recv)], keep=(inp, out, recv), result=[out], finish=post)
     g.comm.Allgather(send, recv)
+    if post is not None:
+        post()
     return None
+
+
+def _chunks(out: np.ndarray, size: int) -> tuple[list[Any], Any]:
+    """The receive message of W equal chunks of ``out`` in C order, and the copy-back if staged.
+
+    A strided ``out`` whose dim 0 splits into W equal runs of rows is written in place (a derived row
+    type); any other strided ``out`` is received into a temporary and copied back.
+    """
+    if out.flags.c_contiguous or out.ndim == 0 or out.shape[0] % size:
+        buf, back = staged(out)
+        return [buf, buf.size // size, datatype(buf.dtype)], back
+    mem, dt, unit, back = row_message(out, readonly=False)
+    return [mem, out.shape[0] // size * unit, dt], back
 
 
 all_gather_single = all_gather_into_tensor
@@ -227,7 +245,7 @@ def gather(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    tensor = send_view(check_array(tensor, fn, "tensor"))
+    tensor = check_array(tensor, fn, "tensor")
     root = root_rank(g, dst, group_dst, fn, "dst")
     outs = _root_list(gather_list, g, root, tensor, fn, "gather_list", output=True)
     if validation._Flag.on:
@@ -238,9 +256,10 @@ def gather(
         requests = exchange(g, {}, {root: tensor}, GATHER)
         return finish(requests, async_op, tensor, [])
     peers = [p for p in range(g.size) if p != root]
-    requests = exchange(g, {p: outs[p] for p in peers}, {}, GATHER)
+    posts: list[Any] = []
+    requests = exchange(g, {p: outs[p] for p in peers}, {}, GATHER, posts)
     copy_own(outs[root], tensor)
-    return finish(requests, async_op, (tensor, outs), outs)
+    return finish(requests, async_op, (tensor, outs), outs, posts)
 
 
 def _root_list(
@@ -271,9 +290,8 @@ def _root_list(
     if output:
         check_disjoint_lists(checked, [own], (root, 0), fn, arg, "tensor")
         return checked
-    views = [send_view(a) for a in checked]
-    check_disjoint_lists([own], views, (0, root), fn, "tensor", arg)
-    return views
+    check_disjoint_lists([own], checked, (0, root), fn, "tensor", arg)
+    return checked
 
 
 def scatter(
@@ -289,7 +307,7 @@ def scatter(
     Sizes may differ between ranks; each entry is sent from where it lies.
 
     Args:
-        tensor: Output on every rank, writeable and C-contiguous.
+        tensor: Output on every rank, writeable, any layout.
         scatter_list: On the source, one input per group rank; ``None`` (or empty) elsewhere.
         src: World rank of the source (default: group rank 0).
         group: The process group; ``None`` for the world.
@@ -326,8 +344,9 @@ def scatter(
         recvs = [out.size if r == root else 0 for r in range(g.size)]
         validation.check(g, fn, {"dtype": str(out.dtype), "src": root}, sends, recvs)
     if ins is None:
-        requests = exchange(g, {root: out}, {}, SCATTER)
-        return finish(requests, async_op, out, [out])
+        posts: list[Any] = []
+        requests = exchange(g, {root: out}, {}, SCATTER, posts)
+        return finish(requests, async_op, out, [out], posts)
     peers = [p for p in range(g.size) if p != root]
     requests = exchange(g, {}, {p: ins[p] for p in peers}, SCATTER)
     copy_own(out, ins[root])

@@ -1,7 +1,9 @@
-"""Point-to-point messages: ``send``, ``recv``, ``isend`` and ``irecv``, with torch.distributed's names.
+"""Point-to-point messages: ``send``, ``recv``, ``isend``, ``irecv`` (torch's names) and ``sendrecv``.
 
 Ranks are world ranks (``dst``/``src``) or group ranks (``group_dst``/``group_src``), as in torch 2.6+.
-``recv`` with no source receives from any rank and returns the world rank it came from.
+``recv`` with no source receives from any rank and returns the world rank it came from. Buffers may be
+any strided view (a ghost column ``u[:, 0]``): MPI reads and writes them in place through derived
+datatypes (:mod:`mpicomm.core.layouts`).
 """
 
 from __future__ import annotations
@@ -9,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _mpi
-from ..core.buffers import check_array, check_output, datatype, send_view
+from ..core.buffers import check_array, check_disjoint, check_output, message, recv_message
 from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["irecv", "isend", "recv", "send"]
+__all__ = ["irecv", "isend", "recv", "send", "sendrecv"]
 
 
 def _peer(g: ProcessGroup, rank: int | None, group_rank: int | None, fn: str, arg: str, any_ok: bool) -> int:
@@ -61,7 +63,7 @@ def send(
     """Send ``tensor`` to one rank and block until the buffer may be reused.
 
     Args:
-        tensor: The data; any layout (a non-contiguous array is copied once).
+        tensor: The data; any layout (a strided view is sent in place, without a copy).
         dst: World rank of the receiver.
         group: The process group; ``None`` for the world.
         tag: Message tag that the receiver matches on.
@@ -84,9 +86,9 @@ def send(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    x = send_view(check_array(tensor, fn, "tensor"))
+    x = check_array(tensor, fn, "tensor")
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
-    g.comm.Send([x, datatype(x.dtype)], peer, _tag(g, tag, fn))
+    g.comm.Send(message(x), peer, _tag(g, tag, fn))
     return None
 
 
@@ -100,7 +102,7 @@ def recv(
     """Receive into ``tensor`` from one rank (any rank when no source is given).
 
     Args:
-        tensor: Writeable C-contiguous output, the size of the message.
+        tensor: Writeable output of any layout (a strided view is written in place), the size of the message.
         src: World rank of the sender; ``None`` (and no ``group_src``) for any rank.
         group: The process group; ``None`` for the world.
         tag: Message tag to match.
@@ -111,7 +113,7 @@ def recv(
 
     Raises:
         ArgumentTypeError: ``tensor`` is not an array, or ``tag`` is not an int.
-        ArgumentError: a source out of range, a read-only or non-contiguous ``tensor``.
+        ArgumentError: a source out of range, or a read-only ``tensor``.
 
     Example:
         >>> import numpy as np, mpicomm
@@ -132,7 +134,10 @@ def recv(
     x = check_output(tensor, fn, "tensor")
     peer = _peer(g, src, group_src, fn, "src", any_ok=True)
     status = _mpi.MPI.Status()
-    g.comm.Recv([x, datatype(x.dtype)], peer, _tag(g, tag, fn), status)
+    msg, post = recv_message(x)
+    g.comm.Recv(msg, peer, _tag(g, tag, fn), status)
+    if post is not None:
+        post()
     return g.ranks[status.Get_source()]
 
 
@@ -164,10 +169,11 @@ def isend(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    x = send_view(check_array(tensor, fn, "tensor"))
+    x = check_array(tensor, fn, "tensor")
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
-    req = g.comm.Isend([x, datatype(x.dtype)], peer, _tag(g, tag, fn))
-    return Work([req], keep=x)
+    msg = message(x)
+    req = g.comm.Isend(msg, peer, _tag(g, tag, fn))
+    return Work([req], keep=(x, msg))
 
 
 def irecv(
@@ -186,8 +192,16 @@ def irecv(
 
     Example:
         >>> import numpy as np, mpicomm
-        >>> if mpicomm.get_world_size() == 1:
-        ...     pass
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> u = np.zeros((3, 4))
+        >>> if w > 1 and r < 2:
+        ...     rq = mpicomm.irecv(u[:, 0], src=1 - r)  # into a ghost column, in place
+        ...     mpicomm.send(np.arange(3.0), dst=1 - r)
+        ...     _ = rq.wait()
+        ...     print(u[:, 0].tolist())
+        ... else:
+        ...     print([0.0, 1.0, 2.0])
+        [0.0, 1.0, 2.0]
     """
     fn = "irecv"
     g = resolve(group, fn)
@@ -196,5 +210,72 @@ def irecv(
         return None
     x = check_output(tensor, fn, "tensor")
     peer = _peer(g, src, group_src, fn, "src", any_ok=True)
-    req = g.comm.Irecv([x, datatype(x.dtype)], peer, _tag(g, tag, fn))
-    return Work([req], keep=x, result=[x], status=_mpi.MPI.Status(), source_ranks=g.ranks)
+    msg, post = recv_message(x)
+    req = g.comm.Irecv(msg, peer, _tag(g, tag, fn))
+    return Work([req], keep=(x, msg), result=[x], finish=post, status=_mpi.MPI.Status(), source_ranks=g.ranks)
+
+
+def sendrecv(
+    tensor: np.ndarray,
+    recv_tensor: np.ndarray,
+    dst: int | None = None,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    tag: int = 0,
+    group_dst: int | None = None,
+    group_src: int | None = None,
+) -> int:
+    """Send ``tensor`` to one rank and receive ``recv_tensor`` from another in one call (``MPI_Sendrecv``).
+
+    torch.distributed has no such call. It is the halo-exchange step: every rank sends its edge to one
+    neighbour and receives its ghost cells from the other, with no deadlock whatever the order of the
+    ranks. ``dst=None`` sends nothing and ``src=None`` receives nothing (``MPI_PROC_NULL``: the edge of
+    a non-periodic domain); either may be this rank itself (a periodic domain one rank wide). Both
+    buffers may be strided views, read and written in place.
+
+    Args:
+        tensor: The data to send; any layout.
+        recv_tensor: Writeable output of any layout, the size of the incoming message; must not overlap
+            ``tensor``.
+        dst: World rank to send to; ``None`` to send nothing.
+        src: World rank to receive from; ``None`` to receive nothing.
+        group: The process group; ``None`` for the world.
+        tag: Message tag, for both the message sent and the one received.
+        group_dst: The destination as a rank of ``group`` (instead of ``dst``).
+        group_src: The source as a rank of ``group`` (instead of ``src``).
+
+    Returns:
+        The world rank the message came from; -1 when nothing was received or on a rank outside ``group``.
+
+    Raises:
+        ArgumentTypeError: a buffer is not an array, or ``tag`` is not an int.
+        ArgumentError: a rank out of range, a read-only ``recv_tensor``, or buffers that overlap.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> u = np.zeros((2, 5))
+        >>> u[:, 1:-1] = r
+        >>> # ring: send the last interior column right, receive the left ghost column from the left
+        >>> _ = mpicomm.sendrecv(u[:, -2], u[:, 0], dst=(r + 1) % w, src=(r - 1) % w)
+        >>> u[:, 0].tolist() == [float((r - 1) % w)] * 2
+        True
+    """
+    fn = "sendrecv"
+    g = resolve(group, fn)
+    if g.comm is None:
+        warn_non_member(g, fn)
+        return -1
+    x = check_array(tensor, fn, "tensor")
+    y = check_output(recv_tensor, fn, "recv_tensor")
+    check_disjoint(y, x, fn, "recv_tensor", "tensor")
+    null = int(_mpi.MPI.PROC_NULL)
+    to = null if dst is None and group_dst is None else root_rank(g, dst, group_dst, fn, "dst")
+    frm = null if src is None and group_src is None else root_rank(g, src, group_src, fn, "src")
+    t = _tag(g, tag, fn)
+    status = _mpi.MPI.Status()
+    msg, post = recv_message(y)
+    g.comm.Sendrecv(message(x), to, t, msg, frm, t, status)
+    if post is not None:
+        post()
+    return -1 if frm == null else g.ranks[status.Get_source()]

@@ -4,8 +4,10 @@ Each call checks its arguments on the calling rank before any MPI call, and with
 (:mod:`mpicomm.core.validation`) also across ranks. ``async_op=True`` returns a :class:`~mpicomm.Work`;
 otherwise the call blocks and returns ``None``. On a rank outside ``group`` every call warns and
 returns ``None``, as in torch.distributed. Arrays are changed in place where torch changes tensors in
-place; output arrays must be C-contiguous and writeable, inputs may be any layout (a non-contiguous
-input is copied once).
+place; output arrays must be writeable and may be strided views: ``broadcast`` writes them in place
+through a derived datatype, the reductions reduce in a contiguous temporary that is copied back (MPI's
+predefined ops take predefined datatypes only). Inputs may be any layout (a strided input to a
+reduction is copied once).
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from ..core.buffers import (
     check_output,
     check_same_dtype,
     datatype,
+    message,
+    recv_message,
     send_view,
+    staged,
 )
 from ..core.groups import ProcessGroup, _State, init, resolve, root_rank, warn_non_member
 from ..core.reduce_op import ReduceOp, average, premultiply
@@ -68,7 +73,8 @@ def all_reduce(
     ======  ==========  ===========
 
     Args:
-        tensor: Input and output, a writeable C-contiguous array, the same shape and dtype on every rank.
+        tensor: Input and output, a writeable array (a strided view is reduced in a temporary and
+            copied back), the same shape and dtype on every rank.
         op: The reduction (see :class:`~mpicomm.ReduceOp`).
         group: The process group; ``None`` for the world.
         async_op: Return a :class:`~mpicomm.Work` instead of blocking.
@@ -78,7 +84,7 @@ def all_reduce(
 
     Raises:
         ArgumentTypeError: ``tensor`` is not an array, or ``op`` is not defined on its dtype.
-        ArgumentError: ``tensor`` is read-only or not C-contiguous.
+        ArgumentError: ``tensor`` is read-only.
         CrossRankMismatchError: (validation mode) ranks disagree on op, dtype or size.
 
     Example:
@@ -120,22 +126,36 @@ def all_reduce(
 
 
 def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async_op: bool) -> Work | None:
-    """all_reduce with every check, validation, PREMUL_SUM and AVG."""
+    """all_reduce with every check, validation, PREMUL_SUM, AVG and strided tensors."""
     check_output(tensor, "all_reduce", "tensor")
     if type(op) is not ReduceOp:
         _bad_op(op, "all_reduce")
     dt, mop = op.mpi_op(tensor.dtype, "all_reduce")
     if validation._Flag.on:
         validation.check(g, "all_reduce", {"op": repr(op), "dtype": str(tensor.dtype), "count": tensor.size})
-    premultiply(op, tensor, out=tensor)
-    msg = [tensor, dt]
+    buf, back = staged(tensor)
+    premultiply(op, buf, out=buf)
+    msg = [buf, dt]
+    post = _then(_post_average(op, buf, g.size), back)
     if async_op:
         req = g.comm.Iallreduce(_mpi.MPI.IN_PLACE, msg, mop)
-        return Work([req], keep=tensor, result=[tensor], finish=_post_average(op, tensor, g.size))
+        return Work([req], keep=(tensor, buf), result=[tensor], finish=post)
     g.comm.Allreduce(_mpi.MPI.IN_PLACE, msg, mop)
-    if op.name == "AVG":
-        average(tensor, g.size)
+    if post is not None:
+        post()
     return None
+
+
+def _then(first: Callable[[], None] | None, second: Callable[[], None] | None) -> Callable[[], None] | None:
+    """Run ``first`` then ``second`` (either may be None): the average, then the copy-back."""
+    if first is None or second is None:
+        return first or second
+
+    def both() -> None:
+        first()
+        second()
+
+    return both
 
 
 def _bad_op(op: object, fn: str) -> None:
@@ -155,7 +175,7 @@ def reduce(
     Other ranks' ``tensor`` is left unchanged (torch leaves it unspecified).
 
     Args:
-        tensor: Input everywhere, output on the destination; writeable and C-contiguous.
+        tensor: Input everywhere, output on the destination; writeable, any layout.
         dst: World rank of the destination (default: group rank 0).
         op: The reduction.
         group: The process group; ``None`` for the world.
@@ -167,7 +187,7 @@ def reduce(
 
     Raises:
         ArgumentTypeError: ``tensor`` is not an array, or ``op`` does not apply to its dtype.
-        ArgumentError: bad destination, read-only or non-contiguous ``tensor``.
+        ArgumentError: bad destination, or a read-only ``tensor``.
         CrossRankMismatchError: (validation mode) ranks disagree on op, dtype, size or root.
 
     Example:
@@ -193,17 +213,19 @@ def reduce(
         )
     MPI = _mpi.MPI
     dt = datatype(tensor.dtype)
+    post = None
     if g.rank == root:
         sendbuf: Any = MPI.IN_PLACE
+        buf, back = staged(tensor)
         if op.factor is not None:
-            premultiply(op, tensor, out=tensor)
-        recvbuf: Any = [tensor, dt]
+            premultiply(op, buf, out=buf)
+        recvbuf: Any = [buf, dt]
+        post = _then(_post_average(op, buf, g.size), back)
     else:
-        sendbuf, recvbuf = [premultiply(op, tensor), dt], None
-    post = _post_average(op, tensor, g.size) if g.rank == root else None
+        sendbuf, recvbuf = [send_view(premultiply(op, tensor)), dt], None
     if async_op:
         req = g.comm.Ireduce(sendbuf, recvbuf, mop, root)
-        return Work([req], keep=(sendbuf, tensor), result=[tensor], finish=post)
+        return Work([req], keep=(sendbuf, recvbuf, tensor), result=[tensor], finish=post)
     g.comm.Reduce(sendbuf, recvbuf, mop, root)
     if post is not None:
         post()
@@ -231,7 +253,7 @@ def broadcast(
 
     Raises:
         ArgumentTypeError: ``tensor`` is not an array.
-        ArgumentError: bad source, read-only or non-contiguous ``tensor``.
+        ArgumentError: bad source, or a read-only ``tensor``.
         CrossRankMismatchError: (validation mode) ranks disagree on dtype, size or source.
 
     Example:
@@ -248,12 +270,18 @@ def broadcast(
         return None
     check_output(tensor, fn, "tensor")
     root = root_rank(g, src, group_src, fn, "src")
+    post = None
+    if g.rank == root:
+        msg = message(tensor)
+    else:
+        msg, post = recv_message(tensor)
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(tensor.dtype), "count": tensor.size, "src": root})
-    msg = [tensor, datatype(tensor.dtype)]
     if async_op:
-        return Work([g.comm.Ibcast(msg, root)], keep=tensor, result=[tensor])
+        return Work([g.comm.Ibcast(msg, root)], keep=(tensor, msg), result=[tensor], finish=post)
     g.comm.Bcast(msg, root)
+    if post is not None:
+        post()
     return None
 
 
@@ -305,7 +333,7 @@ def reduce_scatter(
     are sent without a copy; otherwise they are packed once into a temporary.
 
     Args:
-        output: This rank's result, writeable and C-contiguous.
+        output: This rank's result, writeable, any layout.
         input_list: One input per group rank; ``input_list[r]`` has rank r's output size.
         op: The reduction.
         group: The process group; ``None`` for the world.
@@ -363,15 +391,18 @@ def _reduce_scatter_pairwise(
         g, dict(zip(peers, received, strict=True)), dict(zip(peers, sends, strict=True)), REDUCE_SCATTER
     )
     own = ins[rank]
+    buf, back = staged(out)
 
     def combine() -> None:
-        np.copyto(out, own.reshape(out.shape))
-        premultiply(op, out, out=out)
-        flat = out.reshape(-1)
+        np.copyto(buf, own.reshape(out.shape))
+        premultiply(op, buf, out=buf)
+        flat = buf.reshape(-1)
         for row in received:
             mop.Reduce_local([row, dt], [flat, dt])
         if op.name == "AVG":
-            average(out, size)
+            average(buf, size)
+        if back is not None:
+            back()
 
     if async_op:
         work = Work(requests, keep=(sends, received, ins), result=[out], finish=combine)
@@ -401,7 +432,7 @@ def reduce_scatter_tensor(
     ======  =============  ============
 
     Args:
-        output: This rank's chunk of the result, writeable and C-contiguous.
+        output: This rank's chunk of the result, writeable, any layout.
         input: W times the size of ``output``; not modified.
         op: The reduction.
         group: The process group; ``None`` for the world.
@@ -444,11 +475,12 @@ def reduce_scatter_tensor(
     check_disjoint(out, inp, fn, "output", "input")
     inp = premultiply(op, inp)
     dt = datatype(out.dtype)
-    send, recv = [inp, dt], [out, dt]
-    post = _post_average(op, out, g.size)
+    buf, back = staged(out)
+    send, recv = [inp, dt], [buf, dt]
+    post = _then(_post_average(op, buf, g.size), back)
     if async_op:
         req = g.comm.Ireduce_scatter_block(send, recv, mop)
-        return Work([req], keep=(inp, out), result=[out], finish=post)
+        return Work([req], keep=(inp, out, buf), result=[out], finish=post)
     g.comm.Reduce_scatter_block(send, recv, mop)
     if post is not None:
         post()

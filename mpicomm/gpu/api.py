@@ -36,6 +36,7 @@ __all__ = [
     "reduce_scatter_tensor",
     "scatter",
     "send",
+    "sendrecv",
 ]
 
 
@@ -72,6 +73,7 @@ send = device_aware({"tensor": READ}, direct=direct.send)(p2p.send)
 recv = device_aware({"tensor": WRITE}, direct=direct.recv)(p2p.recv)
 isend = device_aware({"tensor": READ})(p2p.isend)
 irecv = device_aware({"tensor": WRITE})(p2p.irecv)
+sendrecv = device_aware({"tensor": READ, "recv_tensor": WRITE})(p2p.sendrecv)
 jagged_all_to_all = device_aware({"values": READ, "lengths": READ}, result=_on_device)(
     exchange.jagged_all_to_all
 )

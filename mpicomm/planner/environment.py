@@ -17,6 +17,7 @@ _FN = "check_environment"
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
 _LOCAL_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+_LOCAL_SIZE_VARS = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
 
 
 class LayoutMismatchError(MpicommError, RuntimeError):
@@ -158,9 +159,31 @@ def _check_nodes(layout: RankLayout, placement: RankPlacement, env: Mapping[str,
                 f"{_FN}: the job's nodes are {nodes} (SLURM_NODELIST); "
                 f"the layout expects {list(layout.node_names)}"
             )
+    local_size, local_size_from = _first(env, _LOCAL_SIZE_VARS)
+    if layout.shape.nodes > 1 and local_size is not None and local_size == layout.world_size:
+        raise one_machine(layout, f"all {local_size} ranks share this machine, from {local_size_from}")
     here = env.get("SLURMD_NODENAME")
     if here and layout.named and here != placement.node_name:
         raise _mismatch(placement, "the node", repr(here), repr(placement.node_name), "SLURMD_NODENAME")
+
+
+def one_machine(layout: RankLayout, why: str) -> LayoutMismatchError:
+    """The error for a multi-node plan started on one machine (``mpiexec -n 8`` on a laptop).
+
+    Example:
+        >>> from mpicomm.planner import JobShape
+        >>> layout = RankLayout.from_shape(JobShape(nodes=2, ntasks_per_node=4))
+        >>> print(one_machine(layout, "all 8 ranks share this machine"))  # doctest: +NORMALIZE_WHITESPACE
+        check_environment: planned for 2 nodes, running on 1 (all 8 ranks share this machine); start the
+        job on 2 nodes (sbatch the plan's script, or srun -N 2 --ntasks-per-node 4), or plan again for
+        one node (--nodes 1 --ntasks-per-node 8)
+    """
+    nodes, per_node = layout.shape.nodes, layout.shape.ntasks_per_node
+    return LayoutMismatchError(
+        f"{_FN}: planned for {nodes} nodes, running on 1 ({why}); start the job on {nodes} nodes (sbatch "
+        f"the plan's script, or srun -N {nodes} --ntasks-per-node {per_node}), or plan again for one node "
+        f"(--nodes 1 --ntasks-per-node {layout.world_size})"
+    )
 
 
 def _check_local(layout: RankLayout, placement: RankPlacement, env: Mapping[str, str], size: int) -> None:

@@ -41,6 +41,7 @@ def render_sbatch(
     mpi: str = "pmi2",
     header: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
+    chdir: str | None = None,
 ) -> str:
     """The text of a batch script that runs ``command`` on every rank of ``layout`` with ``srun``.
 
@@ -48,8 +49,9 @@ def render_sbatch(
     "${MPICOMM_PYTHON:-python3}" -m mpi4py <command...>``: the MPI plugin and the interpreter can be
     changed at submit time without editing the script; srun is given the CPUs per task itself (since
     Slurm 22.05 it does not take them from sbatch); ``-m mpi4py`` makes one rank's uncaught exception end
-    the whole job. The script's exit code is srun's: non-zero when any rank fails. The script is meant to
-    be submitted from the repository root.
+    the whole job. The script's exit code is srun's: non-zero when any rank fails. With ``chdir`` the job
+    runs in a fixed directory wherever the script is submitted from, so relative paths in ``command``
+    (a plan file) still resolve.
 
     Args:
         layout: the rank layout (nodes, tasks per node, GPUs per node, CPUs per task, distribution).
@@ -62,6 +64,10 @@ def render_sbatch(
         mpi: the default ``srun --mpi`` plugin: ``pmi2`` for MPICH, ``pmix`` for Open MPI.
         header: comment lines put under the ``#!`` line (without the ``#``), e.g. how to regenerate.
         environ: where ``MPICOMM_ACCOUNT``/``MPICOMM_PARTITION`` are read; default ``os.environ``.
+        chdir: where the job runs: an absolute path becomes ``#SBATCH --chdir``; a relative one is taken
+            from the script's own directory, found at run time (``scontrol show job``'s ``Command``, or
+            ``BASH_SOURCE`` when run with ``bash``), so the script and its files can move together;
+            ``None`` runs in the submit directory.
 
     Returns:
         The script, ending in a newline.
@@ -107,6 +113,8 @@ def render_sbatch(
         sb.append(f"--account={_plain('account', account)}")
     if partition:
         sb.append(f"--partition={_plain('partition', partition)}")
+    if chdir is not None and os.path.isabs(_plain("chdir", chdir)):
+        sb.append(f"--chdir={chdir}")
     lines = ["#!/bin/bash"]
     for line in header:
         if "\n" in line:
@@ -118,8 +126,23 @@ def render_sbatch(
         "# srun's MPI plugin comes from MPICOMM_SRUN_MPI (pmi2 suits MPICH, pmix Open MPI), the interpreter",
         "# from MPICOMM_PYTHON. The exit code is srun's: non-zero when any rank fails.",
         "set -euo pipefail",
+        *(_cd_lines(chdir) if chdir is not None and not os.path.isabs(chdir) else []),
         f"export OMP_NUM_THREADS={shape.cpus_per_task}",
         f'srun --mpi="${{MPICOMM_SRUN_MPI:-{plugin}}}" --cpus-per-task={shape.cpus_per_task} '
         '"${MPICOMM_PYTHON:-python3}" -m mpi4py ' + " ".join(shlex.quote(a) for a in command),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _cd_lines(relative: str) -> list[str]:
+    """Shell lines that change to ``relative`` from the script's own directory, wherever it was submitted.
+
+    sbatch runs a copy of the script from its spool directory, so the original path comes from
+    ``scontrol show job`` (its ``Command=``); run with ``bash`` instead, from ``BASH_SOURCE``.
+    """
+    return [
+        f"# run in {relative} from this script's directory, wherever it is submitted from",
+        'script=$({ scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null || true; } '
+        "| sed -n 's/^ *Command=\\([^ ]*\\).*/\\1/p')",
+        f'cd "$(dirname "${{script:-${{BASH_SOURCE[0]}}}}")/{relative}"',
+    ]

@@ -10,12 +10,14 @@ every rank raises the same error on a mismatch. Rank 0 ends with one line
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import sys
 
 import numpy as np
 
 from .chart import format_bytes, shard_names
-from .environment import check_environment
+from .environment import check_environment, one_machine
 from .io import load_plan
 
 __all__ = ["main"]
@@ -30,6 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan, layout = load_plan(args.plan)
     rank, size = mpicomm.get_rank(), mpicomm.get_world_size()
+    hosts: list[object] = [None] * size
+    # Slurm's node name first: test clusters run several slurmd "nodes" on one host
+    here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    mpicomm.all_gather_object(hosts, here)  # every rank sees the same count, so raises the same error
+    if layout.shape.nodes > 1 and len(set(hosts)) == 1 and size == layout.world_size:
+        if rank == 0:  # every rank knows it: one short message, no traceback from each rank
+            print(one_machine(layout, f"all {size} ranks run on {hosts[0]}"), file=sys.stderr, flush=True)
+        return 1
     me = check_environment(layout, rank=rank, world_size=size)
     mine = plan.shards_on(rank)
     device = plan.devices[rank]

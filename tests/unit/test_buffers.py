@@ -193,11 +193,9 @@ def test_check_output() -> None:
     r.flags.writeable = False
     with pytest.raises(ArgumentError, match=r"^g: out is read-only; expected a writeable array$"):
         buffers.check_output(r, "g", "out")
-    with pytest.raises(ArgumentError, match=r"^g: out is not C-contiguous .*expected a C-contiguous array"):
-        buffers.check_output(np.zeros((3, 2), order="F"), "g", "out")
-    with pytest.raises(ArgumentError, match=r"C-contiguous"):
-        buffers.check_output(np.zeros(6)[::3], "g", "out")
-    # shapes that are C-contiguous whatever the strides say
+    # strided outputs are written through (derived datatypes), so they are accepted
+    buffers.check_output(np.zeros((3, 2), order="F"), "g", "out")
+    buffers.check_output(np.zeros(6)[::3], "g", "out")
     buffers.check_output(np.zeros((3, 1), order="F"), "g", "out")
     buffers.check_output(np.zeros(0)[::2], "g", "out")
 

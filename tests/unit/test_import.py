@@ -184,6 +184,7 @@ def test_error_hierarchy() -> None:
         errors.CrossRankMismatchError: ValueError,
         errors.GroupError: RuntimeError,
         errors.CommunicationError: RuntimeError,
+        errors.MPIUnavailableError: RuntimeError,
     }
     for cls, builtin in expected.items():
         assert issubclass(cls, errors.MpicommError) and issubclass(cls, builtin), cls

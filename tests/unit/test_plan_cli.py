@@ -25,7 +25,7 @@ from mpicomm.planner import GreedyPerfPartitioner, load_plan, load_spec
 REPO = Path(__file__).resolve().parents[2]
 JOBS = REPO / "jobs"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
-PREFIX = "#   python -m mpicomm.plan "
+PREFIX = "#   python -m mpicomm plan "
 
 
 def test_plan_table_and_chart_golden(
@@ -77,7 +77,7 @@ def test_committed_job_scripts_equal_a_fresh_rendering(
 def test_the_three_job_scripts_exist_and_run_what_they_should() -> None:
     texts = {n: (JOBS / f"{n}.sbatch").read_text() for n in ("demo", "bench", "sharded")}
     assert "--nodes=2\n#SBATCH --ntasks-per-node=4" in texts["demo"] and texts["demo"].rstrip().endswith(
-        "-m mpicomm.demo"
+        "-m mpicomm.demo --quiet"
     )
     assert (
         "--nodes=1\n#SBATCH --ntasks-per-node=2" in texts["bench"]
@@ -160,7 +160,7 @@ def test_errors_exit_2_with_a_message(
 ) -> None:
     assert main([write(tmp_path, spec), *flags]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("python -m mpicomm.plan: error: ") and words in err
+    assert err.startswith("python -m mpicomm plan: error: ") and words in err
 
 
 def test_layout_only_without_a_spec(capsys: pytest.CaptureFixture[str]) -> None:

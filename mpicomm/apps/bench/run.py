@@ -166,7 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     ops = "\n".join(f"  {k:<30} A: {v.a:<8} B: {v.baseline}" for k, v in OPS.items())
     ops += "".join(f"\n  {k:<30} {v}" for k, v in REPORTS.items())
     p = argparse.ArgumentParser(
-        prog="mpiexec -n N python -m mpi4py -m mpicomm.bench",
+        prog="mpiexec -n N python -m mpi4py -m mpicomm bench",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=__doc__,
         epilog="ops (A: the mpicomm call, B: the baseline; ratio A/B above 1: mpicomm is slower):\n" + ops,
