@@ -24,6 +24,7 @@ from ..core.buffers import (
     datatype,
     send_view,
 )
+from ..core.calls import collective
 from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError
@@ -32,6 +33,7 @@ from .exchange import ALL_GATHER, GATHER, SCATTER, copy_own, exchange, finish
 __all__ = ["all_gather", "all_gather_into_tensor", "all_gather_single", "gather", "scatter"]
 
 
+@collective("all_gather")
 def all_gather(
     tensor_list: list[np.ndarray],
     tensor: np.ndarray,
@@ -102,6 +104,7 @@ def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: i
         )
 
 
+@collective("all_gather_into_tensor")
 def all_gather_into_tensor(
     output_tensor: np.ndarray,
     input_tensor: np.ndarray,
@@ -184,6 +187,7 @@ def _is_own_slot(inp: np.ndarray, out: np.ndarray, rank: int) -> bool:
     )
 
 
+@collective("gather")
 def gather(
     tensor: np.ndarray,
     gather_list: list[np.ndarray] | None = None,
@@ -276,6 +280,7 @@ def _root_list(
     return views
 
 
+@collective("scatter")
 def scatter(
     tensor: np.ndarray,
     scatter_list: list[np.ndarray] | None = None,

@@ -26,6 +26,7 @@ from ..core.buffers import (
     datatype,
     send_view,
 )
+from ..core.calls import collective
 from ..core.groups import ProcessGroup, _State, init, resolve, root_rank, warn_non_member
 from ..core.reduce_op import ReduceOp, average, premultiply
 from ..core.work import Work
@@ -119,6 +120,7 @@ def all_reduce(
     return None
 
 
+@collective("all_reduce", group_of=lambda bound: bound["g"])
 def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async_op: bool) -> Work | None:
     """all_reduce with every check, validation, PREMUL_SUM and AVG."""
     check_output(tensor, "all_reduce", "tensor")
@@ -142,6 +144,7 @@ def _bad_op(op: object, fn: str) -> None:
     raise ArgumentTypeError(f"{fn}: op is {op!r}; expected a mpicomm.ReduceOp such as ReduceOp.SUM")
 
 
+@collective("reduce")
 def reduce(
     tensor: np.ndarray,
     dst: int | None = None,
@@ -210,6 +213,7 @@ def reduce(
     return None
 
 
+@collective("broadcast")
 def broadcast(
     tensor: np.ndarray,
     src: int | None = None,
@@ -257,6 +261,7 @@ def broadcast(
     return None
 
 
+@collective("barrier")
 def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
     """Block until every rank of the group has entered the barrier.
 
@@ -284,6 +289,7 @@ def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_id
     return None
 
 
+@collective("reduce_scatter")
 def reduce_scatter(
     output: np.ndarray,
     input_list: list[np.ndarray],
@@ -381,6 +387,7 @@ def _reduce_scatter_pairwise(
     return None
 
 
+@collective("reduce_scatter_tensor")
 def reduce_scatter_tensor(
     output: np.ndarray,
     input: np.ndarray,
