@@ -8,6 +8,8 @@ Messages share one shape: ``"<function>: <argument> <what came>; expected <what 
 
 from __future__ import annotations
 
+import pickle
+
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
@@ -15,7 +17,9 @@ __all__ = [
     "CrossRankMismatchError",
     "GroupError",
     "MpicommError",
+    "ObjectCollectiveError",
     "ReductionTypeError",
+    "UnpicklingRefusedError",
 ]
 
 
@@ -45,3 +49,18 @@ class GroupError(MpicommError, RuntimeError):
 
 class CommunicationError(MpicommError, RuntimeError):
     """MPI reported an error while carrying out a call."""
+
+
+class ObjectCollectiveError(MpicommError, RuntimeError):
+    """An object could not be pickled on its sender or unpickled on a receiver.
+
+    The object collectives raise it on every rank of the call with the same message, which names the
+    element, the rank where it failed and the cause.
+    """
+
+
+class UnpicklingRefusedError(ObjectCollectiveError, pickle.UnpicklingError):
+    """Safe mode refused a stream: a name off the allow-list (see :func:`~mpicomm.allow_unpickle`).
+
+    Also a call or state that could run code, or a claim of more memory than the stream carries.
+    """
