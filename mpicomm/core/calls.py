@@ -7,6 +7,7 @@
   wrapper sends the failure into that exchange instead, so every rank raises the same error.
 - An error that MPI reports in a blocking call (``mpi4py.MPI.Exception``) becomes a
   :class:`~mpicomm.CommunicationError` that names the function.
+- ``async_op`` takes a bool only (``async_op="no"`` would be true).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-from ..errors import CommunicationError
+from ..errors import ArgumentTypeError, CommunicationError
 from . import validation
 from .groups import resolve
 
@@ -42,11 +43,15 @@ def collective(
 
     def wrap(func: Callable[P, R]) -> Callable[P, R]:
         signature = inspect.signature(func)
+        names = list(signature.parameters)
+        flag = names.index("async_op") if "async_op" in names else -1
 
         @functools.wraps(func)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
             before = validation._Flag.exchanges
             try:
+                if flag >= 0:
+                    _check_flag(kwargs["async_op"] if "async_op" in kwargs else args[flag : flag + 1], fn)
                 return func(*args, **kwargs)
             except Exception as exc:
                 if _is_mpi_error(exc):
@@ -61,6 +66,16 @@ def collective(
         return call
 
     return wrap
+
+
+def _check_flag(value: Any, fn: str) -> None:
+    """``async_op`` is a bool (``value``: the keyword's value, or a tuple of 0 or 1 positional one)."""
+    if type(value) is tuple:
+        if not value:
+            return
+        value = value[0]
+    if value is not True and value is not False:
+        raise ArgumentTypeError(f"{fn}: async_op is {value!r}; expected True or False")
 
 
 def _report(group: Any, fn: str, exc: Exception) -> None:

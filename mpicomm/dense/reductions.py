@@ -105,6 +105,7 @@ def all_reduce(
         return _all_reduce_checked(tensor, op, g, async_op)
     if (
         type(tensor) is not np.ndarray
+        or type(async_op) is not bool
         or not tensor.flags.c_contiguous
         or validation._Flag.on
         or not op._plain
