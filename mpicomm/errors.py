@@ -17,10 +17,10 @@ __all__ = [
     "CrossRankMismatchError",
     "GroupError",
     "MpicommError",
-    "ObjectCollectiveError",
     "ReductionTypeError",
-    "UnpicklingRefusedError",
 ]
+# ObjectCollectiveError and UnpicklingRefusedError live here too (so that the safe unpickler needs no
+# import of the object collectives), but belong to mpicomm.objects' public names.
 
 
 class MpicommError(Exception):

@@ -28,7 +28,7 @@ R = TypeVar("R")
 
 
 def collective(
-    fn: str, group_of: Callable[..., Any] | None = None
+    fn: str, group_of: Callable[..., Any] | None = None, *, validated: bool = True
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Wrap the public collective ``fn`` (see the module docstring).
 
@@ -36,6 +36,8 @@ def collective(
         fn: The public name, for messages.
         group_of: Given the call's bound arguments (a dict), the ``group`` argument; by default the
             argument named ``group``.
+        validated: Whether ``fn`` takes part in validation mode's exchange (False for point-to-point
+            calls, whose peers are not in any exchange: their local failures raise on this rank only).
 
     Returns:
         The decorator.
@@ -56,7 +58,7 @@ def collective(
             except Exception as exc:
                 if _is_mpi_error(exc):
                     raise CommunicationError(f"{fn}: MPI reported an error: {_mpi_text(exc)}") from exc
-                if not validation._Flag.on or validation._Flag.exchanges != before:
+                if not validated or not validation._Flag.on or validation._Flag.exchanges != before:
                     raise
                 bound = signature.bind_partial(*args, **kwargs).arguments
                 group = group_of(bound) if group_of is not None else bound.get("group")

@@ -152,9 +152,8 @@ def all_to_all_single(
         warn_non_member(g, fn)
         return None
     out = check_output(output, fn, "output")
-    inp = send_view(check_array(input, fn, "input"))
+    inp = check_array(input, fn, "input")  # copied into a contiguous one after the size checks
     check_same_dtype(out, inp, fn, "output", "input")
-    check_disjoint(out, inp, fn, "output", "input")
     row = _row(inp, out, fn)
     out_rows = _splits(output_split_sizes, out, g.size, fn, "output")
     in_rows = _splits(input_split_sizes, inp, g.size, fn, "input")
@@ -166,6 +165,8 @@ def all_to_all_single(
         )
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(inp.dtype), "row": row}, in_rows, out_rows, unit="rows")
+    inp = send_view(inp)
+    check_disjoint(out, inp, fn, "output", "input")
     dt = datatype(inp.dtype)
     if _unsplit(output_split_sizes) and _unsplit(input_split_sizes):
         send, recv = [inp, dt], [out, dt]

@@ -150,7 +150,7 @@ def all_gather_into_tensor(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    inp = send_view(check_array(input_tensor, fn, "input_tensor"))
+    inp = check_array(input_tensor, fn, "input_tensor")  # copied if need be after the size checks
     out = check_output(output_tensor, fn, "output_tensor")
     check_same_dtype(inp, out, fn, "input_tensor", "output_tensor")
     if out.size != g.size * inp.size:
@@ -160,6 +160,7 @@ def all_gather_into_tensor(
         )
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(inp.dtype), "count": inp.size})
+    inp = send_view(inp)
     dt = datatype(inp.dtype)
     send: Any = [inp, dt]
     if _is_own_slot(inp, out, g.rank):

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core.buffers import check_array, check_output, datatype, send_view
+from ..core.calls import collective
 from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
@@ -51,6 +52,7 @@ class _TagBound:
     value: int | None = None
 
 
+@collective("send", validated=False)
 def send(
     tensor: np.ndarray,
     dst: int | None = None,
@@ -90,6 +92,7 @@ def send(
     return None
 
 
+@collective("recv", validated=False)
 def recv(
     tensor: np.ndarray,
     src: int | None = None,
@@ -136,6 +139,7 @@ def recv(
     return g.ranks[status.Get_source()]
 
 
+@collective("isend", validated=False)
 def isend(
     tensor: np.ndarray,
     dst: int | None = None,
@@ -170,6 +174,7 @@ def isend(
     return Work([req], keep=x)
 
 
+@collective("irecv", validated=False)
 def irecv(
     tensor: np.ndarray,
     src: int | None = None,

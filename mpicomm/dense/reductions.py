@@ -437,7 +437,7 @@ def reduce_scatter_tensor(
         warn_non_member(g, fn)
         return None
     out = check_output(output, fn, "output")
-    inp = send_view(check_array(input, fn, "input"))
+    inp = check_array(input, fn, "input")  # copied if need be after the size checks
     check_same_dtype(out, inp, fn, "output", "input")
     if inp.size != g.size * out.size:
         raise ArgumentError(
@@ -449,6 +449,7 @@ def reduce_scatter_tensor(
     _, mop = op.mpi_op(out.dtype, fn)
     if validation._Flag.on:
         validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype), "count": out.size})
+    inp = send_view(inp)
     check_disjoint(out, inp, fn, "output", "input")
     inp = premultiply(op, inp)
     dt = datatype(out.dtype)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
+from ..core.calls import collective
 from ..core.control import MAX_TEXT, decode
 from ..core.groups import ProcessGroup, warn_non_member
 from ..dense.p2p import _peer
@@ -29,6 +30,7 @@ P2P_TAG = TAG + 1
 INLINE = 64 << 10
 
 
+@collective("send_object_list", validated=False)
 def send_object_list(
     object_list: list[Any],
     dst: int | None = None,
@@ -91,6 +93,7 @@ def send_object_list(
     return None
 
 
+@collective("recv_object_list", validated=False)
 def recv_object_list(
     object_list: list[Any],
     src: int | None = None,
