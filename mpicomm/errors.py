@@ -8,6 +8,8 @@ Messages share one shape: ``"<function>: <argument> <what came>; expected <what 
 
 from __future__ import annotations
 
+import pickle
+
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
@@ -18,6 +20,8 @@ __all__ = [
     "MpicommError",
     "ReductionTypeError",
 ]
+# ObjectCollectiveError and UnpicklingRefusedError live here too (so that the safe unpickler needs no
+# import of the object collectives), but belong to mpicomm.objects' public names.
 
 
 class MpicommError(Exception):
@@ -50,3 +54,18 @@ class CommunicationError(MpicommError, RuntimeError):
 
 class MPIUnavailableError(MpicommError, RuntimeError):
     """No MPI library could be loaded, or mpi4py is missing; the message says what was tried and the fix."""
+
+
+class ObjectCollectiveError(MpicommError, RuntimeError):
+    """An object could not be pickled on its sender or unpickled on a receiver.
+
+    The object collectives raise it on every rank of the call with the same message, which names the
+    element, the rank where it failed and the cause.
+    """
+
+
+class UnpicklingRefusedError(ObjectCollectiveError, pickle.UnpicklingError):
+    """Safe mode refused a stream: a name off the allow-list (see :func:`~mpicomm.allow_unpickle`).
+
+    Also a call or state that could run code, or a claim of more memory than the stream carries.
+    """

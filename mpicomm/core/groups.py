@@ -268,6 +268,7 @@ def new_group(ranks: Iterable[int] | None = None) -> ProcessGroup:
     Raises:
         ArgumentTypeError: ``ranks`` holds something other than integers.
         ArgumentError: a rank is out of range or listed twice.
+        CrossRankMismatchError: (validation mode) ranks passed different member lists.
 
     Example:
         >>> import mpicomm
@@ -276,7 +277,14 @@ def new_group(ranks: Iterable[int] | None = None) -> ProcessGroup:
         True
     """
     w = world()
-    members = _check_ranks(ranks, w.size)
+    try:
+        members = _check_ranks(ranks, w.size)
+    except (ArgumentError, ArgumentTypeError) as exc:
+        if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
+            validation.report(w, "new_group", exc)
+        raise
+    if validation._Flag.on:
+        validation.check(w, "new_group", {"ranks": members})
     me = w.rank
     color = 0 if me in members else _mpi.MPI.UNDEFINED
     comm = w.comm.Split(color, me)

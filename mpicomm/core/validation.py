@@ -6,17 +6,31 @@ the v-collectives, what each rank sends to and expects from every other. Every r
 gathered records with the same code, so a mismatch raises the same :class:`CrossRankMismatchError`
 on every rank, where without validation MPI would hang or return wrong data.
 
-Cost: one extra pickled allgather per call (a few microseconds to tens of microseconds at small
-world sizes, O(W^2) integers for the all-to-alls); keep it for debugging and tests.
+Cost: one extra small allgather (int64 words, then JSON text; never pickle) per call (a few
+microseconds to tens of microseconds at small world sizes, O(W^2) integers for the all-to-alls);
+keep it for debugging and tests. A local check that fails on some ranks only travels in the same
+exchange (see :func:`report`), so every rank raises it together instead of some waiting forever.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..errors import CrossRankMismatchError
+import numpy as np
+
+from ..errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    CommunicationError,
+    CrossRankMismatchError,
+    GroupError,
+    MpicommError,
+    ReductionTypeError,
+)
+from .control import MAX_TEXT, allgather_texts, decode
 
 if TYPE_CHECKING:
     from .groups import ProcessGroup
@@ -26,10 +40,31 @@ __all__ = ["is_validation_enabled", "set_validation"]
 
 class _Flag:
     on = False
+    #: Validation exchanges entered so far (a call that fails before its own tells the other ranks).
+    exchanges = 0
+
+
+#: Error classes by the code a failing rank sends in the validation exchange; 0 means no error.
+KINDS: tuple[type[MpicommError] | None, ...] = (
+    None,
+    ArgumentError,
+    ArgumentTypeError,
+    ReductionTypeError,
+    CrossRankMismatchError,
+    GroupError,
+    CommunicationError,
+    MpicommError,
+)
 
 
 def set_validation(enabled: bool = True) -> None:
     """Turn validation mode on or off for this process; every rank must make the same choice.
+
+    Args:
+        enabled: True or False.
+
+    Raises:
+        ArgumentTypeError: ``enabled`` is not a bool (a string such as ``"no"`` is refused, not read as true).
 
     Example:
         >>> import mpicomm
@@ -38,7 +73,9 @@ def set_validation(enabled: bool = True) -> None:
         True
         >>> mpicomm.set_validation(False)
     """
-    _Flag.on = bool(enabled)
+    if not isinstance(enabled, bool):
+        raise ArgumentTypeError(f"set_validation: enabled is {enabled!r}; expected True or False")
+    _Flag.on = enabled
 
 
 def is_validation_enabled() -> bool:
@@ -68,6 +105,8 @@ def check(
 ) -> None:
     """Gather a record of this call from every rank and raise on every rank if they disagree.
 
+    The records travel as JSON text (see :mod:`mpicomm.core.control`), never as pickles.
+
     Args:
         group: The group the call runs on.
         fn: The public function's name.
@@ -78,11 +117,11 @@ def check(
 
     Raises:
         CrossRankMismatchError: the ranks disagree; the message is the same on every rank.
+        MpicommError: another rank's local check failed (see :func:`report`); its error class.
     """
-    comm = group.comm
-    records = comm.allgather(
-        (fn, agree, None if sends is None else list(sends), None if recvs is None else list(recvs))
-    )
+    rows = [None if x is None else [int(v) for v in x] for x in (sends, recvs)]
+    record = json.dumps([fn, agree, *rows], default=_plain).encode()
+    records = _records(group, fn, _exchange(group, fn, 0, record))
     names = {r[0] for r in records}
     if len(names) > 1:
         # each rank is in a different function, so no function name can start a shared message
@@ -91,6 +130,78 @@ def check(
     message = _first_mismatch(records, unit)
     if message is not None:
         raise CrossRankMismatchError(f"{fn}: validation found ranks that disagree: {message}")
+
+
+def report(group: ProcessGroup, fn: str, exc: Exception) -> NoReturn:
+    """This rank's local check of ``fn`` failed: tell every rank in the validation exchange, raise together.
+
+    The other ranks, in :func:`check` of the same call, raise the same class with the same message
+    (that of the lowest failing rank), instead of waiting forever for this rank.
+
+    Raises:
+        MpicommError: always; the class of the lowest failing rank's error.
+    """
+    world = group.ranks[group.rank]
+    text = f"{exc} (found on rank {world}; validation mode raised it on every rank)"
+    _exchange(group, fn, _kind(exc), text.encode(), cause=exc)
+    raise AssertionError("unreachable: _exchange raises when a rank reports a failure")  # pragma: no cover
+
+
+def _plain(value: object) -> object:
+    """A JSON-able stand-in for a record field: numpy numbers as Python numbers, anything else as text."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+def _kind(exc: Exception) -> int:
+    for i, cls in enumerate(KINDS):
+        if cls is not None and type(exc) is cls:
+            return i
+    if isinstance(exc, TypeError):
+        return KINDS.index(ArgumentTypeError)
+    if isinstance(exc, ValueError):
+        return KINDS.index(ArgumentError)
+    return KINDS.index(MpicommError)
+
+
+def _exchange(
+    group: ProcessGroup, fn: str, kind: int, text: bytes, cause: Exception | None = None
+) -> list[bytes]:
+    """Every rank's (kind, record); raise the lowest failing rank's error on every rank if any failed."""
+    _Flag.exchanges += 1
+    limit = MAX_TEXT + 48 * group.size
+    reports = allgather_texts(group.comm, kind, text, limit)
+    failed = [(k, t) for k, t in reports if k]
+    if failed:
+        k, t = failed[0]
+        cls = KINDS[k] if 0 < k < len(KINDS) else None
+        message = decode(t) + (f" (and {len(failed) - 1} more rank(s) failed)" if len(failed) > 1 else "")
+        if cls is None:
+            raise CrossRankMismatchError(
+                f"{fn}: validation: a rank sent the unknown error code {k}: {message}"
+            )
+        raise cls(message) from cause
+    return [t for _, t in reports]
+
+
+def _records(group: ProcessGroup, fn: str, texts: list[bytes]) -> list[tuple[str, dict[str, Any], Any, Any]]:
+    """The JSON records of every rank, each checked for shape (a hostile rank may send anything)."""
+    out = []
+    for rank, text in enumerate(texts):
+        try:
+            name, agree, sends, recvs = json.loads(text)
+            if not isinstance(name, str) or not isinstance(agree, dict):
+                raise TypeError("expected [name, fields, sends, recvs]")
+            for row in (sends, recvs):
+                if row is not None and (len(row) != group.size or not all(type(v) is int for v in row)):
+                    raise TypeError(f"expected {group.size} ints per row")
+        except (ValueError, TypeError) as exc:
+            raise CrossRankMismatchError(
+                f"{fn}: validation: group rank {rank} sent a malformed validation record ({exc})"
+            ) from None
+        out.append((name, agree, sends, recvs))
+    return out
 
 
 def _first_mismatch(records: list[tuple[str, dict[str, Any], Any, Any]], unit: str) -> str | None:

@@ -27,6 +27,7 @@ from ..core.buffers import (
     row_message,
     staged,
 )
+from ..core.calls import collective
 from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError
@@ -35,6 +36,7 @@ from .exchange import ALL_GATHER, GATHER, SCATTER, copy_own, exchange, finish
 __all__ = ["all_gather", "all_gather_into_tensor", "all_gather_single", "gather", "scatter"]
 
 
+@collective("all_gather")
 def all_gather(
     tensor_list: list[np.ndarray],
     tensor: np.ndarray,
@@ -106,6 +108,7 @@ def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: i
         )
 
 
+@collective("all_gather_into_tensor")
 def all_gather_into_tensor(
     output_tensor: np.ndarray,
     input_tensor: np.ndarray,
@@ -202,6 +205,7 @@ def _is_own_slot(inp: np.ndarray, out: np.ndarray, rank: int) -> bool:
     )
 
 
+@collective("gather")
 def gather(
     tensor: np.ndarray,
     gather_list: list[np.ndarray] | None = None,
@@ -294,6 +298,7 @@ def _root_list(
     return checked
 
 
+@collective("scatter")
 def scatter(
     tensor: np.ndarray,
     scatter_list: list[np.ndarray] | None = None,

@@ -31,6 +31,7 @@ from ..core.buffers import (
     send_view,
     staged,
 )
+from ..core.calls import collective
 from ..core.groups import ProcessGroup, _State, init, resolve, root_rank, warn_non_member
 from ..core.reduce_op import ReduceOp, average, premultiply
 from ..core.work import Work
@@ -110,6 +111,7 @@ def all_reduce(
         return _all_reduce_checked(tensor, op, g, async_op)
     if (
         type(tensor) is not np.ndarray
+        or type(async_op) is not bool
         or not tensor.flags.c_contiguous
         or validation._Flag.on
         or not op._plain
@@ -125,6 +127,7 @@ def all_reduce(
     return None
 
 
+@collective("all_reduce", group_of=lambda bound: bound["g"])
 def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async_op: bool) -> Work | None:
     """all_reduce with every check, validation, PREMUL_SUM, AVG and strided tensors."""
     check_output(tensor, "all_reduce", "tensor")
@@ -162,6 +165,7 @@ def _bad_op(op: object, fn: str) -> None:
     raise ArgumentTypeError(f"{fn}: op is {op!r}; expected a mpicomm.ReduceOp such as ReduceOp.SUM")
 
 
+@collective("reduce")
 def reduce(
     tensor: np.ndarray,
     dst: int | None = None,
@@ -232,6 +236,7 @@ def reduce(
     return None
 
 
+@collective("broadcast")
 def broadcast(
     tensor: np.ndarray,
     src: int | None = None,
@@ -285,6 +290,7 @@ def broadcast(
     return None
 
 
+@collective("barrier")
 def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
     """Block until every rank of the group has entered the barrier.
 
@@ -312,6 +318,7 @@ def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_id
     return None
 
 
+@collective("reduce_scatter")
 def reduce_scatter(
     output: np.ndarray,
     input_list: list[np.ndarray],
@@ -412,6 +419,7 @@ def _reduce_scatter_pairwise(
     return None
 
 
+@collective("reduce_scatter_tensor")
 def reduce_scatter_tensor(
     output: np.ndarray,
     input: np.ndarray,
@@ -460,7 +468,7 @@ def reduce_scatter_tensor(
         warn_non_member(g, fn)
         return None
     out = check_output(output, fn, "output")
-    inp = send_view(check_array(input, fn, "input"))
+    inp = check_array(input, fn, "input")  # copied if need be after the size checks
     check_same_dtype(out, inp, fn, "output", "input")
     if inp.size != g.size * out.size:
         raise ArgumentError(
@@ -472,6 +480,7 @@ def reduce_scatter_tensor(
     _, mop = op.mpi_op(out.dtype, fn)
     if validation._Flag.on:
         validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype), "count": out.size})
+    inp = send_view(inp)
     check_disjoint(out, inp, fn, "output", "input")
     inp = premultiply(op, inp)
     dt = datatype(out.dtype)

@@ -10,6 +10,7 @@ import numpy as np
 from .. import _mpi
 from ..core import validation
 from ..core.buffers import as_int_list
+from ..core.calls import collective
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
@@ -37,6 +38,7 @@ class JaggedResult(NamedTuple):
     splits: list[int]
 
 
+@collective("jagged_all_to_all")
 def jagged_all_to_all(
     values: np.ndarray,
     lengths: np.ndarray,

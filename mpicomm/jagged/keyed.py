@@ -73,7 +73,7 @@ class KeyedJaggedArray:
         self._values = _check_values(values)
         self._lengths, self._offsets = _lengths_offsets(lengths, offsets)
         self._weights = _check_weights(weights, self._values)
-        n = int(self._offsets[-1]) if self._offsets is not None else int(self._lengths.sum())
+        n = _exact_total(self._lengths, _NAME, "lengths" if offsets is None else "offsets")
         if n != self._values.shape[0]:
             raise ArgumentError(
                 f"{_NAME}: lengths sum to {n}; expected {self._values.shape[0]}, the number of values"
@@ -364,6 +364,27 @@ def _check_int_array(x: object, arg: str) -> np.ndarray:
     if a.dtype.kind not in "iu":
         raise ArgumentTypeError(f"{_NAME}: {arg} has dtype {a.dtype}; expected an integer dtype")
     return a
+
+
+def _exact_total(lengths: np.ndarray, fn: str, arg: str) -> int:
+    """The exact sum of non-negative integer ``lengths``; refused if it (or a partial sum) passes int64.
+
+    numpy's sums wrap silently (``[2**64 - 1, 3]`` as uint64 sums to 2), and the offsets are int64.
+
+    Raises:
+        ArgumentError: the total is 2**63 or more.
+    """
+    if lengths.size == 0:
+        return 0
+    if int(lengths.max()) * lengths.size < 2**63:  # no partial sum can wrap: numpy's sum is exact
+        return int(lengths.sum(dtype=np.int64))
+    total = int(np.sum(lengths, dtype=object))
+    if total >= 2**63:
+        raise ArgumentError(
+            f"{fn}: {arg} describe {total} values in all, past int64; expected a total below 2**63 "
+            "(numpy's sum would wrap it)"
+        )
+    return total
 
 
 def _lengths_offsets(lengths: object, offsets: object) -> tuple[np.ndarray, np.ndarray | None]:

@@ -20,6 +20,7 @@ import numpy as np
 from .. import _mpi
 from ..core import validation
 from ..core.buffers import as_int_list, row_size, send_view
+from ..core.calls import collective
 from ..core.groups import ProcessGroup, resolve
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError, GroupError
@@ -152,6 +153,7 @@ class KJTAllToAll:
         self._fingerprints: dict[tuple[Any, ...], int] = {}
         self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
+    @collective("KJTAllToAll", group_of=lambda bound: bound["self"].group)
     def __call__(self, kja: KeyedJaggedArray) -> KJTAllToAllAwaitable:
         """Start the exchange of ``kja``; the returned handle's ``wait()`` gives this rank's output.
 

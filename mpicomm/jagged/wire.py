@@ -11,6 +11,7 @@ from .. import _mpi
 from ..core.buffers import check_array, datatype, displacements, row_size, send_view
 from ..core.groups import ProcessGroup
 from ..errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError
+from .keyed import _exact_total
 
 # Per-destination int64 fields of the counts message. The first three must be equal on every rank.
 # KJTAllToAll appends, per destination, the batch slots and then the value counts of each of that
@@ -53,6 +54,7 @@ def _check_lengths(lengths: object, fn: str) -> np.ndarray:
         raise ArgumentTypeError(f"{fn}: lengths has dtype {lens.dtype}; expected an integer dtype")
     if lens.size and lens.min() < 0:
         raise ArgumentError(f"{fn}: lengths has a negative entry {lens.min()}; expected >= 0")
+    _exact_total(lens, fn, "lengths")
     return lens
 
 

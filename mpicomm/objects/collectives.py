@@ -26,6 +26,8 @@ import numpy as np
 
 from .. import _mpi
 from ..core.buffers import displacements
+from ..core.calls import collective
+from ..core.control import MAX_TEXT, bcast_text, decode
 from ..core.groups import ProcessGroup, root_rank, warn_non_member
 from .messages import (
     I8,
@@ -47,9 +49,11 @@ from .wire import (
     allgatherv,
     as_bytes,
     bcast_bytes,
+    check_counts,
     gatherv,
     pieces,
     raise_first,
+    raise_reports,
     recv_bytes,
     recv_envelope,
     scatterv,
@@ -64,6 +68,7 @@ __all__ = ["all_gather_object", "broadcast_object_list", "gather_object", "scatt
 BUF_TAG = TAG + 2
 
 
+@collective("broadcast_object_list")
 def broadcast_object_list(
     object_list: list[Any],
     src: int | None = None,
@@ -135,10 +140,10 @@ def broadcast_object_list(
             raise_first([(kind, msg)])
         agree(g, 0, "")
         return None
-    header, stream = recv_envelope(g.comm, root)
+    header, stream = recv_envelope(g.comm, root, fn)
     kind, n = int(header[0]), int(header[1])
     if kind:
-        raise_first([(kind, bytes(stream).decode())])
+        raise_first([(kind, decode(stream[:MAX_TEXT]))])
     bufs = [np.empty(int(s), U8) for s in header[4 + n :]]
     for b in bufs:
         bcast_bytes(g.comm, b, root)  # taken part in even with a problem here, so the source is not stuck
@@ -169,7 +174,7 @@ def _pickle_one(obj: Any, fn: str, rank: int, problem: Problem) -> tuple[int, st
 
 
 def _buffer_rounds(
-    g: ProcessGroup, buffers: list[memoryview], nbufs: list[int], root: int | None
+    g: ProcessGroup, buffers: list[memoryview], nbufs: list[int], root: int | None, fn: str
 ) -> list[list[np.ndarray]]:
     """Move every rank's out-of-band buffers to ``root`` (to every rank for ``None``).
 
@@ -184,6 +189,8 @@ def _buffer_rounds(
     mine = np.array([b.nbytes for b in buffers], I8)
     flat = allgatherv(g, mine.view(U8), [8 * k for k in nbufs]).view(I8).tolist()
     starts = displacements(nbufs)
+    for r in range(g.size):
+        check_counts(fn, [], flat[starts[r] : starts[r] + nbufs[r]], r)
     receivers = range(g.size) if root is None else [root]
     comm, byte, requests = g.internal, _mpi.MPI.BYTE, []
     if g.rank in receivers:
@@ -201,6 +208,7 @@ def _buffer_rounds(
     return per_rank
 
 
+@collective("all_gather_object")
 def all_gather_object(
     object_list: list[Any],
     obj: Any,
@@ -267,22 +275,28 @@ def all_gather_object(
         )
     _validate(g, fn, {})
     kind, msg, stream, buffers = _pickle_one(obj, fn, me, problem)
-    meta = _exchange_meta(g, kind, len(stream), len(buffers), msg)
+    meta = _exchange_meta(g, kind, len(stream), len(buffers), msg, fn)
     sizes, nbufs = meta[:, 1].tolist(), meta[:, 2].tolist()
     streams = allgatherv(g, as_bytes(stream), sizes)
-    bufs = _buffer_rounds(g, buffers, nbufs, None)
+    bufs = _buffer_rounds(g, buffers, nbufs, None, fn)
     kind, msg, got, fatal = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g)
     _agree(g, kind, msg, fatal)
     object_list[: g.size] = got
     return None
 
 
-def _exchange_meta(g: ProcessGroup, kind: int, size: int, nbufs: int, msg: str) -> np.ndarray:
-    """Allgather (kind, stream bytes, buffer count) of every rank; raise everywhere if one failed."""
+def _exchange_meta(g: ProcessGroup, kind: int, size: int, nbufs: int, msg: str, fn: str) -> np.ndarray:
+    """Allgather (kind, stream bytes, buffer count) of every rank; raise everywhere if one failed.
+
+    Claims no real message makes (negative, or beyond memory) raise ObjectCollectiveError everywhere.
+    """
     meta = np.empty((g.size, 3), I8)
     g.comm.Allgather(np.array([kind, size, nbufs], I8), meta)
     if meta[:, 0].any():
-        raise_first(g.comm.allgather((kind, msg)))
+        raise_reports(g, kind, msg)
+    for r, (_, size_r, nbufs_r) in enumerate(meta.tolist()):
+        check_counts(fn, [nbufs_r], [size_r], r)
+    check_counts(fn, [], meta[:, 1].tolist(), None)
     return meta
 
 
@@ -308,6 +322,7 @@ def _unpickle_ranks(
     return 0, "", got, None
 
 
+@collective("gather_object")
 def gather_object(
     obj: Any,
     object_gather_list: list[Any] | None = None,
@@ -368,10 +383,10 @@ def gather_object(
     _validate(g, fn, {"dst": root})
     problem = problem or _gather_list_problem(object_gather_list, g, root, fn)
     kind, msg, stream, buffers = _pickle_one(obj, fn, g.ranks[g.rank], problem)
-    meta = _exchange_meta(g, kind, len(stream), len(buffers), msg)
+    meta = _exchange_meta(g, kind, len(stream), len(buffers), msg, fn)
     sizes, nbufs = meta[:, 1].tolist(), meta[:, 2].tolist()
     streams = gatherv(g, as_bytes(stream), sizes, root)
-    bufs = _buffer_rounds(g, buffers, nbufs, root)
+    bufs = _buffer_rounds(g, buffers, nbufs, root, fn)
     kind, msg, got, fatal = 0, "", list[Any](), None
     if streams is not None:
         kind, msg, got, fatal = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g)
@@ -399,6 +414,7 @@ def _gather_list_problem(out: list[Any] | None, g: ProcessGroup, root: int, fn: 
     return None
 
 
+@collective("scatter_object_list")
 def scatter_object_list(
     scatter_object_output_list: list[Any],
     scatter_object_input_list: list[Any] | None = None,
@@ -477,7 +493,8 @@ def scatter_object_list(
         g.comm.Scatter(None, row, root)
         source_msg = ""
     if row[0]:
-        raise_first([(int(row[0]), g.comm.bcast(source_msg, root))])
+        raise_first([(int(row[0]), decode(bcast_text(g.comm, source_msg.encode(), root)))])
+    check_counts(fn, [int(row[2])], [int(row[1]), int(row[3])], root)
     parts = None if streams is None else [as_bytes(x) for x in streams]
     stream = scatterv(g, parts, int(row[1]), int(row[3]), root)
     mine = _scatter_buffers(g, buffers, int(row[2]), root)
@@ -525,6 +542,7 @@ def _scatter_buffers(g: ProcessGroup, buffers: list[list[memoryview]], count: in
             return []
         sizes = np.empty(count, I8)
         comm.Recv([sizes, _mpi.MPI.INT64_T], root, TAG)
+        check_counts("scatter_object_list", [], sizes.tolist(), root)
         got = [np.empty(int(s), U8) for s in sizes]
         for b in got:
             recv_bytes(comm, b, root)

@@ -12,11 +12,14 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
+from ..core.calls import collective
+from ..core.control import MAX_TEXT, decode
 from ..core.groups import ProcessGroup, warn_non_member
 from ..dense.p2p import _peer
 from ..errors import ArgumentError
 from .messages import _list_problem, _message, _pickle_list, _start, _unpickle
-from .wire import I8, TAG, U8, as_bytes, raise_first, recv_bytes, send_bytes
+from .pickling import ObjectCollectiveError
+from .wire import I8, TAG, U8, as_bytes, check_counts, check_header, raise_first, recv_bytes, send_bytes
 
 __all__ = ["recv_object_list", "send_object_list"]
 
@@ -27,6 +30,7 @@ P2P_TAG = TAG + 1
 INLINE = 64 << 10
 
 
+@collective("send_object_list", validated=False)
 def send_object_list(
     object_list: list[Any],
     dst: int | None = None,
@@ -89,6 +93,7 @@ def send_object_list(
     return None
 
 
+@collective("recv_object_list", validated=False)
 def recv_object_list(
     object_list: list[Any],
     src: int | None = None,
@@ -145,9 +150,17 @@ def recv_object_list(
     sender, count = status.Get_source(), status.Get_count(MPI.BYTE)
     first = np.empty(count, U8)
     message.Recv([first, MPI.BYTE])
+    if count < 32:
+        raise ObjectCollectiveError(
+            f"{fn}: a {count}-byte first message from rank {sender}; expected 32 or more"
+        )
     kind, n, slen, nbufs = (int(v) for v in first[:32].view(I8))
+    check_counts(fn, [n, nbufs], [slen], sender)
     hlen = 8 * (4 + n + nbufs)
+    if hlen > count:
+        raise ObjectCollectiveError(f"{fn}: rank {sender} sent a {count}-byte header; expected {hlen} bytes")
     header = first[:hlen].view(I8)
+    check_header(fn, header, sender)
     stream = first[hlen:] if count > hlen else np.empty(slen, U8)
     if count <= hlen:
         recv_bytes(comm, stream, sender, P2P_TAG)
@@ -155,7 +168,7 @@ def recv_object_list(
     for b in bufs:
         recv_bytes(comm, b, sender, P2P_TAG)
     if kind:
-        raise_first([(kind, bytes(stream).decode())])
+        raise_first([(kind, decode(stream[:MAX_TEXT]))])
     if problem is not None:
         raise_first([problem])  # only now: the sender's messages are received, it is not left waiting
     if len(object_list) != n:

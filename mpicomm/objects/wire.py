@@ -9,6 +9,7 @@ point-to-point messages instead.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,8 @@ import numpy as np
 
 from .. import _mpi
 from ..core.buffers import displacements
-from .pickling import KINDS
+from ..core.control import allgather_texts, decode
+from .pickling import KINDS, ObjectCollectiveError
 
 if TYPE_CHECKING:
     from ..core.groups import ProcessGroup
@@ -93,11 +95,17 @@ def send_envelope(comm: Any, header: np.ndarray, stream: np.ndarray, root: int) 
         bcast_bytes(comm, stream[inline:], root)
 
 
-def recv_envelope(comm: Any, root: int) -> tuple[np.ndarray, np.ndarray]:
-    """A receiver's side of :func:`send_envelope`: the header words and the stream."""
+def recv_envelope(comm: Any, root: int, fn: str = "broadcast_object_list") -> tuple[np.ndarray, np.ndarray]:
+    """A receiver's side of :func:`send_envelope`: the header words and the stream.
+
+    Raises:
+        ObjectCollectiveError: the header claims sizes no real object has (see :func:`check_header`).
+    """
     env = np.empty(ENVELOPE, U8)
     comm.Bcast([env, _mpi.MPI.BYTE], root)
-    _, n, slen, nbufs = (int(v) for v in env[:32].view(I8))
+    words = env[:32].view(I8)
+    check_counts(fn, [int(words[1]), int(words[3])], [int(words[2])], root)
+    _, n, slen, nbufs = (int(v) for v in words)
     hlen = 8 * (4 + n + nbufs)
     if hlen <= ENVELOPE:
         header = env[:hlen].view(I8)
@@ -107,12 +115,52 @@ def recv_envelope(comm: Any, root: int) -> tuple[np.ndarray, np.ndarray]:
         hb[:ENVELOPE] = env
         bcast_bytes(comm, hb[ENVELOPE:], root)
         header, inline = hb.view(I8), 0
+    check_header(fn, header, root)
     if slen <= inline:
         return header, env[hlen : hlen + slen]
     stream = np.empty(slen, U8)
     stream[:inline] = env[hlen : hlen + inline]
     bcast_bytes(comm, stream[inline:], root)
     return header, stream
+
+
+def memory_bound() -> int:
+    """The most bytes a received object may claim: this node's physical memory."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not every platform names these
+        return 1 << 48
+
+
+def check_counts(fn: str, counts: Sequence[int], sizes: Sequence[int], sender: int | None) -> None:
+    """Refuse negative counts and sizes, or sizes beyond memory, before anything is allocated for them.
+
+    ``counts`` are numbers of items (objects, buffers), ``sizes`` byte counts, as claimed by the
+    group rank ``sender`` (``None``: by the ranks together).
+
+    Raises:
+        ObjectCollectiveError: a claim no real message makes.
+    """
+    bound = memory_bound()
+    if any(c < 0 or 8 * c > bound for c in counts) or any(s < 0 for s in sizes) or sum(sizes) > bound:
+        raise ObjectCollectiveError(
+            f"{fn}: {'the ranks together' if sender is None else f'group rank {sender}'} claim(s) counts "
+            f"{list(counts)} and sizes {list(sizes)} (bytes); expected "
+            f"non-negative sizes of at most {bound} bytes in all (this node's memory): a rank that does "
+            "not speak mpicomm's wire format, or a corrupted message"
+        )
+
+
+def check_header(fn: str, header: np.ndarray, sender: int) -> None:
+    """Check a whole object header (kind, n, stream bytes, buffer count, n sizes, buffer sizes)."""
+    n, slen = int(header[1]), int(header[2])
+    sizes = header[4:].tolist()
+    check_counts(fn, [n, int(header[3])], [slen, *sizes], sender)
+    if header[0] == 0 and sum(sizes[:n]) != slen:
+        raise ObjectCollectiveError(
+            f"{fn}: group rank {sender} claims objects of {sizes[:n]} bytes; expected them to sum to {slen}, "
+            "the stream's size (a corrupted message)"
+        )
 
 
 def allgatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int]) -> np.ndarray:
@@ -192,16 +240,29 @@ def agree(g: ProcessGroup, kind: int, message: str) -> None:
     flag = np.array([kind], np.int64)
     g.comm.Allreduce(_mpi.MPI.IN_PLACE, flag, _mpi.MPI.MAX)
     if flag[0]:
-        raise_first(g.comm.allgather((kind, message)))
+        raise_reports(g, kind, message)
+
+
+def raise_reports(g: ProcessGroup, kind: int, message: str) -> None:
+    """Gather every rank's ``(kind, message)`` as int64 words and bytes (no pickle) and raise the first."""
+    reports = allgather_texts(g.comm, kind, message.encode())
+    raise_first([(k, decode(m)) for k, m in reports])
 
 
 def raise_first(reports: Sequence[tuple[int, str]]) -> None:
-    """Raise the first failure among per-rank ``(kind, message)`` reports, if any."""
+    """Raise the first failure among per-rank ``(kind, message)`` reports, if any.
+
+    A code outside :data:`~mpicomm.objects.pickling.KINDS` (sent by a rank that does not speak
+    mpicomm's wire format) raises :class:`ObjectCollectiveError`.
+    """
     failed = [(k, m) for k, m in reports if k]
     if failed:
         kind, message = failed[0]
         if len(failed) > 1:
             message += f" (and {len(failed) - 1} more rank(s) failed)"
-        cls = KINDS[kind]
-        assert cls is not None  # kind != 0 here; an internal invariant, not user input
+        cls = KINDS[kind] if 0 < kind < len(KINDS) else None
+        if cls is None:
+            raise ObjectCollectiveError(
+                f"a rank sent the unknown error code {kind} with the message {message!r}"
+            )
         raise cls(message)

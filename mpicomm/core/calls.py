@@ -1,0 +1,104 @@
+"""What every public collective shares around its body: one-rank mistakes and MPI errors.
+
+:func:`collective` wraps a public function once, at its definition:
+
+- With validation mode on, a local check that fails on some ranks only (``output_split_sizes[0]``
+  wrong on rank 0) would leave the other ranks waiting in the validation exchange forever. The
+  wrapper sends the failure into that exchange instead, so every rank raises the same error.
+- An error that MPI reports in a blocking call (``mpi4py.MPI.Exception``) becomes a
+  :class:`~mpicomm.CommunicationError` that names the function.
+- ``async_op`` takes a bool only (``async_op="no"`` would be true).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from ..errors import ArgumentTypeError, CommunicationError
+from . import validation
+from .groups import resolve
+
+__all__ = ["collective"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def collective(
+    fn: str, group_of: Callable[..., Any] | None = None, *, validated: bool = True
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Wrap the public collective ``fn`` (see the module docstring).
+
+    Args:
+        fn: The public name, for messages.
+        group_of: Given the call's bound arguments (a dict), the ``group`` argument; by default the
+            argument named ``group``.
+        validated: Whether ``fn`` takes part in validation mode's exchange (False for point-to-point
+            calls, whose peers are not in any exchange: their local failures raise on this rank only).
+
+    Returns:
+        The decorator.
+    """
+
+    def wrap(func: Callable[P, R]) -> Callable[P, R]:
+        signature = inspect.signature(func)
+        names = list(signature.parameters)
+        flag = names.index("async_op") if "async_op" in names else -1
+
+        @functools.wraps(func)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            before = validation._Flag.exchanges
+            try:
+                if flag >= 0:
+                    _check_flag(kwargs["async_op"] if "async_op" in kwargs else args[flag : flag + 1], fn)
+                return func(*args, **kwargs)
+            except Exception as exc:
+                if _is_mpi_error(exc):
+                    raise CommunicationError(f"{fn}: MPI reported an error: {_mpi_text(exc)}") from exc
+                if not validated or not validation._Flag.on or validation._Flag.exchanges != before:
+                    raise
+                bound = signature.bind_partial(*args, **kwargs).arguments
+                group = group_of(bound) if group_of is not None else bound.get("group")
+                _report(group, fn, exc)
+                raise
+
+        return call
+
+    return wrap
+
+
+def _check_flag(value: Any, fn: str) -> None:
+    """``async_op`` is a bool (``value``: the keyword's value, or a tuple of 0 or 1 positional one)."""
+    if type(value) is tuple:
+        if not value:
+            return
+        value = value[0]
+    if value is not True and value is not False:
+        raise ArgumentTypeError(f"{fn}: async_op is {value!r}; expected True or False")
+
+
+def _report(group: Any, fn: str, exc: Exception) -> None:
+    """Send a local failure into the validation exchange (returns when there is no group to send on)."""
+    try:
+        g = resolve(group, fn)
+    except Exception:
+        return  # a bad group: nothing can be exchanged on it; the caller re-raises exc
+    if g.comm is None:
+        return
+    validation.report(g, fn, exc)
+
+
+def _is_mpi_error(exc: BaseException) -> bool:
+    kind = type(exc)
+    return kind.__name__ == "Exception" and kind.__module__ == "mpi4py.MPI"
+
+
+def _mpi_text(exc: BaseException) -> str:
+    text = getattr(exc, "Get_error_string", None)
+    try:
+        return str(text()) if text is not None else str(exc)
+    except Exception:
+        return str(exc)

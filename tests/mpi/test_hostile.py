@@ -1,0 +1,231 @@
+"""Safe mode against a hostile rank: nothing mpicomm receives is unpickled with plain pickle.
+
+Two angles, as an attacker would try them:
+
+* a tripwire replaces ``mpi4py.MPI.pickle.loads`` and ``pickle.loads`` while every error path of the
+  object collectives, validation mode and KJTAllToAll runs in safe mode: it must never fire;
+* group rank 0 speaks mpicomm's wire format by hand and puts a ``__reduce__`` payload (which would
+  create a marker file) into the data and into every control message; every other rank, honest and
+  in safe mode, must refuse it with an mpicomm error, and the marker must not exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicomm
+from mpicomm import CrossRankMismatchError, MpicommError, ObjectCollectiveError
+from mpicomm.core.control import allgather_texts, bcast_text
+from mpicomm.jagged import KeyedJaggedArray, KJTAllToAll
+from mpicomm.objects.wire import ENVELOPE
+
+I8 = np.int64
+
+
+class Payload:
+    """Unpickled with plain pickle, this creates the file ``path`` (harmless, and easy to see)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.path, "w"))
+
+
+@contextlib.contextmanager
+def tripwire() -> Iterator[list[str]]:
+    """Count every plain unpickle (mpi4py's lowercase calls and ``pickle.loads``) while inside."""
+    fired: list[str] = []
+    saved_pickle = pickle.loads
+    protocol, threshold = MPI.pickle.PROTOCOL, MPI.pickle.THRESHOLD
+
+    def mpi_loads(data: Any) -> Any:
+        fired.append("mpi4py.MPI.pickle.loads")
+        return saved_pickle(data)
+
+    def pickle_loads(*args: Any, **kwargs: Any) -> Any:
+        fired.append("pickle.loads")
+        return saved_pickle(*args, **kwargs)
+
+    MPI.pickle.__init__(pickle.dumps, mpi_loads, protocol, threshold)  # type: ignore[misc]
+    pickle.loads = pickle_loads  # type: ignore[assignment]
+    try:
+        yield fired
+    finally:
+        MPI.pickle.__init__(pickle.dumps, saved_pickle, protocol, threshold)  # type: ignore[misc]
+        pickle.loads = saved_pickle
+
+
+@pytest.fixture
+def safe() -> Iterator[None]:
+    mpicomm.set_safe_unpickling(True)
+    yield
+    mpicomm.set_safe_unpickling(False)
+    mpicomm.set_validation(False)
+
+
+def raises_everywhere(call: Callable[[], Any], cls: type[BaseException] = MpicommError) -> str:
+    with pytest.raises(cls) as info:
+        call()
+    return str(info.value)
+
+
+def _last(world: mpicomm.ProcessGroup) -> bool:
+    return world.rank == world.size - 1
+
+
+def _error_paths(world: mpicomm.ProcessGroup) -> None:
+    """Every error path that sends a control message, in safe mode."""
+    lock = threading.Lock()
+    w = world.size
+    # an object that cannot be pickled, on one rank (gathers' error exchange, status agreement)
+    raises_everywhere(lambda: mpicomm.all_gather_object([None] * w, lock if _last(world) else 1))
+    out = [None] * w if world.rank == 0 else None
+    raises_everywhere(lambda: mpicomm.gather_object(lock if _last(world) else 1, out, dst=0))
+    # on the source of a broadcast and of a scatter (the scatter's error broadcast)
+    objs = [lock] if world.rank == 0 else [None]
+    raises_everywhere(lambda: mpicomm.broadcast_object_list(objs, src=0))
+    ins = [lock] * w if world.rank == 0 else None
+    raises_everywhere(lambda: mpicomm.scatter_object_list([None], ins, src=0))
+    # an unpickle failure: safe mode refuses a class
+    raises_everywhere(lambda: mpicomm.all_gather_object([None] * w, Payload("/nonexistent/x")))
+    # validation mismatches, in the object calls, the dense calls and KJTAllToAll
+    mpicomm.set_validation(True)
+    one: list[Any] = [1]
+    raises_everywhere(lambda: mpicomm.broadcast_object_list(one, src=world.rank), CrossRankMismatchError)
+    x = np.ones(2, np.float64 if world.rank == 0 else np.float32)
+    raises_everywhere(lambda: mpicomm.all_reduce(x), CrossRankMismatchError)
+    keys = ["a", "b", "c"] if world.rank == 0 else ["a", "b", "d"]
+    kja = KeyedJaggedArray(keys, np.arange(3, dtype=np.int64), np.ones(3, np.int64))
+    raises_everywhere(lambda: KJTAllToAll([3] + [0] * (w - 1))(kja).wait(), CrossRankMismatchError)
+    # a mistake on one rank only, sent in the validation exchange
+    splits = [2] * w if world.rank == 0 else [1] * w
+    raises_everywhere(lambda: mpicomm.all_to_all_single(np.empty(w), np.ones(w), splits, [1] * w))
+    mpicomm.set_validation(False)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_error_paths_in_safe_mode_never_unpickle_with_plain_pickle(
+    world: mpicomm.ProcessGroup, safe: None
+) -> None:
+    with tripwire() as fired:
+        _error_paths(world)
+    assert fired == []
+
+
+@pytest.fixture
+def marker(world: mpicomm.ProcessGroup) -> Iterator[str]:
+    """A path no rank has created yet, the same on every rank."""
+    name = tempfile.mkdtemp(prefix="mpicomm-hostile-") if world.rank == 0 else None
+    name = MPI.COMM_WORLD.bcast(name, 0)
+    path = os.path.join(name, "payload-ran")
+    yield path
+    MPI.COMM_WORLD.Barrier()
+    if world.rank == 0:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        os.rmdir(name)
+
+
+def _envelope(header: list[int], stream: bytes) -> np.ndarray:
+    env = np.zeros(ENVELOPE, np.uint8)
+    words = np.array(header, I8).view(np.uint8)
+    env[: words.size] = words
+    env[words.size : words.size + len(stream)] = np.frombuffer(stream, np.uint8)
+    return env
+
+
+def _hostile_bcast_data(g: mpicomm.ProcessGroup, payload: bytes) -> None:
+    """Rank 0's side of broadcast_object_list, with the payload as the object, then as the error report."""
+    g.comm.Bcast([_envelope([0, 1, len(payload), 0, len(payload)], payload), MPI.BYTE], 0)
+    g.comm.Allreduce(MPI.IN_PLACE, np.zeros(1, I8), MPI.MAX)
+    allgather_texts(g.comm, 2, payload)
+
+
+def _hostile_bcast_error(g: mpicomm.ProcessGroup, payload: bytes) -> None:
+    """An error header whose message is the payload."""
+    g.comm.Bcast([_envelope([2, 0, len(payload), 0], payload), MPI.BYTE], 0)
+
+
+def _hostile_gather(g: mpicomm.ProcessGroup, payload: bytes) -> None:
+    """all_gather_object's meta exchange: a failure whose report is the payload."""
+    g.comm.Allgather(np.array([2, 0, 0], I8), np.empty((g.size, 3), I8))
+    allgather_texts(g.comm, 2, payload)
+
+
+def _hostile_scatter(g: mpicomm.ProcessGroup, payload: bytes) -> None:
+    """scatter_object_list's rows, then the error broadcast, carrying the payload."""
+    rows = np.zeros((g.size, 4), I8)
+    rows[:, 0] = 2
+    g.comm.Scatter(rows, np.empty(4, I8), 0)
+    bcast_text(g.comm, payload, 0)
+
+
+def _hostile_validation(g: mpicomm.ProcessGroup, payload: bytes) -> None:
+    """A validation record that is the payload instead of JSON."""
+    allgather_texts(g.comm, 0, payload, 1 << 20)
+
+
+def _honest_calls(g: mpicomm.ProcessGroup) -> dict[str, Callable[[], Any]]:
+    w = g.size
+    return {
+        "bcast data": lambda: mpicomm.broadcast_object_list([None], src=0, safe=True),
+        "bcast error": lambda: mpicomm.broadcast_object_list([None], src=0, safe=True),
+        "gather": lambda: mpicomm.all_gather_object([None] * w, 1, safe=True),
+        "scatter": lambda: mpicomm.scatter_object_list([None], None, src=0, safe=True),
+        "validation": lambda: mpicomm.barrier(),
+    }
+
+
+HOSTILE = {
+    "bcast data": _hostile_bcast_data,
+    "bcast error": _hostile_bcast_error,
+    "gather": _hostile_gather,
+    "scatter": _hostile_scatter,
+    "validation": _hostile_validation,
+}
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("path", sorted(HOSTILE))
+def test_a_hostile_rank_speaking_the_wire_format_is_refused_everywhere(
+    world: mpicomm.ProcessGroup, marker: str, path: str
+) -> None:
+    payload = pickle.dumps(Payload(marker), protocol=5)
+    mpicomm.set_validation(path == "validation")
+    try:
+        if world.rank == 0:
+            HOSTILE[path](world, payload)
+        else:
+            with tripwire() as fired:
+                raises_everywhere(_honest_calls(world)[path])
+            assert fired == []
+    finally:
+        mpicomm.set_validation(False)
+    MPI.COMM_WORLD.Barrier()
+    assert not os.path.exists(marker)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_forged_huge_size_claim_gives_the_same_clear_error_everywhere(world: mpicomm.ProcessGroup) -> None:
+    if world.rank == 0:
+        world.comm.Bcast([_envelope([0, 1, 2**50, 0, 2**50], b""), MPI.BYTE], 0)
+        messages = [""]
+    else:
+        message = raises_everywhere(
+            lambda: mpicomm.broadcast_object_list([None], src=0), ObjectCollectiveError
+        )
+        assert "2**50" in message or str(2**50) in message
+        messages = [message]
+    got = MPI.COMM_WORLD.allgather(messages[0])
+    assert len(set(got[1:])) == 1
