@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 from .core.groups import (
+    DefaultGroupError,
     ProcessGroup,
     destroy_process_group,
     get_global_rank,
@@ -26,9 +27,22 @@ from .core.groups import (
     new_node_group,
 )
 from .core.reduce_op import ReduceOp
+from .core.torch_compat import (
+    GroupMember,
+    get_backend,
+    get_node_local_rank,
+    get_process_group_ranks,
+    group,
+    init_process_group,
+    is_available,
+    is_mpi_available,
+    new_subgroups,
+    new_subgroups_by_enumeration,
+)
 from .core.validation import is_validation_enabled, set_validation
 from .core.work import Work
 from .dense.alltoall import all_to_all, all_to_all_single
+from .dense.batch import P2POp, batch_isend_irecv
 from .dense.gathers import all_gather, all_gather_into_tensor, all_gather_single, gather, scatter
 from .dense.p2p import irecv, isend, recv, send
 from .dense.reductions import (
@@ -40,6 +54,7 @@ from .dense.reductions import (
     reduce_scatter_single,
     reduce_scatter_tensor,
 )
+from .dense.sync import monitored_barrier
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -73,13 +88,16 @@ __all__ = [
     "ArgumentTypeError",
     "CommunicationError",
     "CrossRankMismatchError",
+    "DefaultGroupError",
     "GroupError",
+    "GroupMember",
     "JaggedResult",
     "KJTAllToAll",
     "KJTAllToAllAwaitable",
     "KeyedJaggedArray",
     "MpicommError",
     "ObjectCollectiveError",
+    "P2POp",
     "ProcessGroup",
     "ReduceOp",
     "ReductionTypeError",
@@ -95,24 +113,35 @@ __all__ = [
     "all_to_all_single",
     "allow_unpickle",
     "barrier",
+    "batch_isend_irecv",
     "broadcast",
     "broadcast_object_list",
     "destroy_process_group",
     "gather",
     "gather_object",
+    "get_backend",
     "get_global_rank",
     "get_group_rank",
+    "get_node_local_rank",
+    "get_process_group_ranks",
     "get_rank",
     "get_world_size",
+    "group",
     "init",
+    "init_process_group",
     "irecv",
+    "is_available",
     "is_initialized",
+    "is_mpi_available",
     "is_safe_unpickling",
     "is_validation_enabled",
     "isend",
     "jagged_all_to_all",
+    "monitored_barrier",
     "new_group",
     "new_node_group",
+    "new_subgroups",
+    "new_subgroups_by_enumeration",
     "recv",
     "recv_object_list",
     "reduce",

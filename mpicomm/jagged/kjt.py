@@ -132,22 +132,22 @@ class KJTAllToAll:
         if g.comm is None:
             raise GroupError(f"{fn}: this rank is not a member of group {g.name}; expected a member rank")
         if isinstance(splits, (str, bytes)) or not isinstance(splits, (list, tuple, np.ndarray)):
-            raise ArgumentTypeError(f"{fn}: splits is {splits!r}; expected a list of {g.size} ints")
+            raise ArgumentTypeError(f"{fn}: splits is {splits!r}; expected a list of {g.size()} ints")
         self.splits = as_int_list(splits, fn, "splits")
-        if len(self.splits) != g.size:
+        if len(self.splits) != g.size():
             raise ArgumentError(
-                f"{fn}: splits has {len(self.splits)} entries; expected {g.size} (the group size)"
+                f"{fn}: splits has {len(self.splits)} entries; expected {g.size()} (the group size)"
             )
         if isinstance(stagger, bool) or not isinstance(stagger, (int, np.integer)):
             raise ArgumentTypeError(f"{fn}: stagger is {stagger!r}; expected a positive int")
-        if stagger < 1 or g.size % stagger:
+        if stagger < 1 or g.size() % stagger:
             raise ArgumentError(
-                f"{fn}: stagger is {stagger}; expected a positive divisor of {g.size} (the group size)"
+                f"{fn}: stagger is {stagger}; expected a positive divisor of {g.size()} (the group size)"
             )
         self.group, self.stagger = g, int(stagger)
-        self._plan = _Plan(self.splits, self.stagger, g.rank)
+        self._plan = _Plan(self.splits, self.stagger, g.rank())
         self._fp = _fingerprint(self.splits, self.stagger)
-        self._agreed = g.size == 1
+        self._agreed = g.size() == 1
         self._templates: dict[tuple[int, int, int], np.ndarray] = {}
         self._fingerprints: dict[tuple[Any, ...], int] = {}
         self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -180,7 +180,7 @@ class KJTAllToAll:
                 f"{fn}: the KeyedJaggedArray has {nkeys} keys; expected {self._plan.nkeys}, "
                 f"the sum of splits {self.splits}"
             )
-        if g.size == 1:
+        if g.size() == 1:
             return KJTAllToAllAwaitable(completed(), [kja])
         if not self._agreed:
             self._agree()
