@@ -64,7 +64,14 @@ from .errors import (
     MpicommError,
     ReductionTypeError,
 )
-from .jagged import JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable, jagged_all_to_all
+from .jagged import (
+    JaggedArray,
+    JaggedResult,
+    KeyedJaggedArray,
+    KJTAllToAll,
+    KJTAllToAllAwaitable,
+    jagged_all_to_all,
+)
 from .objects import (
     all_gather_object,
     broadcast_object_list,
@@ -91,6 +98,7 @@ __all__ = [
     "DefaultGroupError",
     "GroupError",
     "GroupMember",
+    "JaggedArray",
     "JaggedResult",
     "KJTAllToAll",
     "KJTAllToAllAwaitable",

@@ -46,7 +46,9 @@ def placement(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def kja(keys: list[str], lengths: list[int], values: list[int], **kw: object) -> KeyedJaggedArray:
-    return KeyedJaggedArray(keys, np.array(values, dtype=np.int64), np.array(lengths, dtype=np.int64), **kw)  # type: ignore[arg-type]
+    return KeyedJaggedArray(
+        keys, np.array(values, dtype=np.int64), lengths=np.array(lengths, dtype=np.int64), **kw
+    )  # type: ignore[arg-type]
 
 
 def only_at(world: mpicomm.ProcessGroup, size: int) -> None:
@@ -130,7 +132,7 @@ def test_rank_with_zero_keys_2_9_still_gets_the_stride(world: mpicomm.ProcessGro
 
 def test_all_strides_zero_move_nothing(world: mpicomm.ProcessGroup) -> None:
     keys = [f"k{i}" for i in range(world.size())]
-    empty = KeyedJaggedArray(keys, np.empty(0, np.float32), np.empty(0, np.int32))
+    empty = KeyedJaggedArray(keys, np.empty(0, np.float32), lengths=np.empty(0, np.int32))
     out = KJTAllToAll([1] * world.size())(empty).wait()
     assert out.keys() == [keys[world.rank()]] and out.stride() == 0
     assert out.values().dtype == np.float32 and out.lengths().dtype == np.int32
@@ -176,7 +178,7 @@ def test_trailing_dimensions_travel_with_the_values(data: st.DataObject) -> None
         i.rows = {k: [np.stack([x, x + 1], axis=1) for x in rows] for k, rows in i.rows.items()}
     flat = inputs[world.rank()].to_kja()
     values = flat.values() if flat.values().ndim == 2 else flat.values().reshape(0, 2)  # a rank with no rows
-    mine = KeyedJaggedArray(flat.keys(), values, flat.lengths(), weights=flat.weights(),
+    mine = KeyedJaggedArray(flat.keys(), values, lengths=flat.lengths(), weights=flat.weights(),
                             stride=None if flat.keys() else flat.stride(),
                             stride_per_key_per_rank=flat.stride_per_key_per_rank())  # fmt: skip
     got = KJTAllToAll(splits, stagger=stagger)(mine).wait()
@@ -282,13 +284,13 @@ def test_non_integer_lengths_are_refused(world: mpicomm.ProcessGroup) -> None:
     ):
         jagged_all_to_all(np.arange(3), np.array([3.0]), [1] + [0] * (world.size() - 1))
     with pytest.raises(ArgumentTypeError, match="KeyedJaggedArray: lengths has dtype float32"):
-        KeyedJaggedArray(["A"], np.arange(3), np.array([3.0], dtype=np.float32))
+        KeyedJaggedArray(["A"], np.arange(3), lengths=np.array([3.0], dtype=np.float32))
 
 
 @pytest.mark.mpi(min_size=2)
 def test_splits_that_differ_between_ranks_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
     keys = [f"k{i}" for i in range(world.size())]
-    mine = KeyedJaggedArray(keys, np.empty(0), np.zeros(world.size(), np.int64))
+    mine = KeyedJaggedArray(keys, np.empty(0), lengths=np.zeros(world.size(), np.int64))
     splits = [1] * world.size() if world.rank() else [2, 0] + [1] * (world.size() - 2)
     with pytest.raises(CrossRankMismatchError, match="KJTAllToAll: ranks disagree about splits or stagger"):
         KJTAllToAll(splits)(mine)
@@ -298,7 +300,7 @@ def test_splits_that_differ_between_ranks_fail_on_every_rank(world: mpicomm.Proc
 def test_two_agreed_exchanges_used_crosswise_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
     # each object passes its first-call agreement check; then rank 0 uses the other one
     keys = ["A", "B"]
-    mine = KeyedJaggedArray(keys, np.zeros(2), np.ones(2, np.int64))
+    mine = KeyedJaggedArray(keys, np.zeros(2), lengths=np.ones(2, np.int64))
     first = KJTAllToAll([1, 1] + [0] * (world.size() - 2))
     second = KJTAllToAll([1, 0, 1] + [0] * (world.size() - 3))
     assert first(mine).wait().values().tolist() == ([0.0] * world.size() if world.rank() < 2 else [])
@@ -311,11 +313,11 @@ def test_two_agreed_exchanges_used_crosswise_fail_on_every_rank(world: mpicomm.P
 @pytest.mark.mpi(min_size=2)
 def test_dtypes_or_weights_that_differ_between_ranks_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
     dtype = np.float32 if world.rank() else np.float64
-    mine = KeyedJaggedArray(["A"], np.zeros(2, dtype), np.array([2]))
+    mine = KeyedJaggedArray(["A"], np.zeros(2, dtype), lengths=np.array([2]))
     with pytest.raises(CrossRankMismatchError, match="ranks disagree about dtypes"):
         KJTAllToAll([1] + [0] * (world.size() - 1))(mine)
     weights = np.ones(2) if world.rank() else None
-    mine = KeyedJaggedArray(["A"], np.zeros(2), np.array([2]), weights=weights)
+    mine = KeyedJaggedArray(["A"], np.zeros(2), lengths=np.array([2]), weights=weights)
     with pytest.raises(CrossRankMismatchError, match="ranks disagree about weights or VBE"):
         KJTAllToAll([1] + [0] * (world.size() - 1))(mine)
     values = np.zeros(2, np.int32 if world.rank() else np.int64)
@@ -328,7 +330,7 @@ def test_keys_that_differ_between_ranks_fail_under_validation(
     world: mpicomm.ProcessGroup, validating: None
 ) -> None:
     keys = ["A", "B"] if world.rank() else ["B", "A"]
-    mine = KeyedJaggedArray(keys, np.empty(0), np.zeros(2, np.int64))
+    mine = KeyedJaggedArray(keys, np.empty(0), lengths=np.zeros(2, np.int64))
     with pytest.raises(
         CrossRankMismatchError, match="KJTAllToAll: validation found ranks that disagree: keys differ"
     ):
@@ -338,7 +340,9 @@ def test_keys_that_differ_between_ranks_fail_under_validation(
 @pytest.mark.mpi(min_size=2)
 def test_validation_passes_agreeing_calls(world: mpicomm.ProcessGroup, validating: None) -> None:
     keys = [f"k{i}" for i in range(world.size())]
-    mine = KeyedJaggedArray(keys, np.full(world.size(), world.rank()), np.ones(world.size(), np.int64))
+    mine = KeyedJaggedArray(
+        keys, np.full(world.size(), world.rank()), lengths=np.ones(world.size(), np.int64)
+    )
     out = KJTAllToAll([1] * world.size())(mine).wait()
     assert out.values().tolist() == list(range(world.size()))
     got = jagged_all_to_all(np.arange(world.size()), np.ones(world.size(), np.int64), [1] * world.size())
