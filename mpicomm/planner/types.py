@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import math
 from collections.abc import Sequence
-from typing import Literal, TypeVar, Union
+from typing import Any, Literal, TypeVar, Union
 
 from ..errors import ArgumentError, ArgumentTypeError, MpicommError
 
@@ -258,6 +258,10 @@ class ShardingOption:
         within_host: for ``"host"`` options, how shards are placed on the host's ranks: ``"device"``
             (least loaded first, like torchrec's table-column-wise) or ``"uniform"`` (shard i on the
             host's i-th rank, like table-row-wise; needs ``local_world_size`` shards).
+        tensor, module, input_lengths, batch_size, sharding_type, compute_kernel, ...: torchrec's
+            other ShardingOption arguments, keyword only: kept on the option (not compared, not
+            shown) so that torchrec code that builds options by keyword runs unchanged; the
+            partitioner does not use them.
 
     Example:
         >>> opt = ShardingOption("t0", "device", [Shard(Storage(4, 0), 1.0)] * 2)
@@ -270,6 +274,22 @@ class ShardingOption:
     shards: list[Shard]
     dependency: str | None = None
     within_host: str = "device"
+    # torchrec's other ShardingOption arguments, accepted by keyword so that torchrec code builds
+    # options unchanged; the partitioner does not read them.
+    tensor: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    module: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    input_lengths: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    batch_size: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    sharding_type: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    compute_kernel: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    cache_params: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    enforce_hbm: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    stochastic_rounding: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    bounds_check_mode: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    is_pooled: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    feature_names: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    output_dtype: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    key_value_params: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
