@@ -72,12 +72,15 @@ def test_all_reduce_half_matches_float32_rounded_once(world, dtype, op, async_op
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("op", OPS, ids=IDS)
-def test_reduce_half_changes_only_the_destination(world, dtype, op):
+@pytest.mark.parametrize("async_op", [False, True], ids=["blocking", "async"])
+def test_reduce_half_changes_only_the_destination(world, dtype, op, async_op):
     w, r = world.size(), world.rank()
     rows = _inputs(w, 11, dtype, op, seed=3)
     dst = w - 1
     x = rows[r].copy()
-    mpicomm.reduce(x, dst=dst, op=op)
+    work = mpicomm.reduce(x, dst=dst, op=op, async_op=async_op)
+    if async_op:
+        assert work.wait()
     _same(x, _reference(rows, op) if r == dst else rows[r])
 
 
@@ -98,13 +101,18 @@ def test_reduce_scatter_tensor_half_gives_each_rank_its_chunk(world, dtype, op, 
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("op", OPS, ids=IDS)
-def test_reduce_scatter_list_half_with_uneven_sizes(world, dtype, op):
+@pytest.mark.parametrize("async_op", [False, True], ids=["blocking", "async"])
+def test_reduce_scatter_list_half_with_uneven_sizes(world, dtype, op, async_op):
     w, r = world.size(), world.rank()
     sizes = [j + 1 for j in range(w)]
     rows = _inputs(w, sum(sizes), dtype, op, seed=7)
     cuts = np.cumsum(sizes)[:-1]
     out = np.empty(sizes[r], dtype)
-    mpicomm.reduce_scatter(out, [p.copy() for p in np.split(rows[r], cuts)], op=op)
+    work = mpicomm.reduce_scatter(out, [p.copy() for p in np.split(rows[r], cuts)], op=op, async_op=async_op)
+    if async_op:
+        while not work.is_completed():  # polling completes it too (and rounds the result back)
+            pass
+        assert work.result() == [out]
     _same(out, np.split(_reference(rows, op), cuts)[r])
 
 
