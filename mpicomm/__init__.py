@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 from .core.groups import (
+    DefaultGroupError,
     ProcessGroup,
     destroy_process_group,
     get_global_rank,
@@ -26,9 +27,23 @@ from .core.groups import (
     new_node_group,
 )
 from .core.reduce_op import ReduceOp
+from .core.torch_compat import (
+    GroupMember,
+    get_backend,
+    get_node_local_rank,
+    get_process_group_ranks,
+    group,
+    init_process_group,
+    is_available,
+    is_mpi_available,
+    new_subgroups,
+    new_subgroups_by_enumeration,
+)
 from .core.validation import is_validation_enabled, set_validation
 from .core.work import Work
+from .dense.batch import P2POp, batch_isend_irecv
 from .dense.reductions import barrier
+from .dense.sync import monitored_barrier
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -60,7 +75,7 @@ from .gpu.api import (
     send,
     sendrecv,
 )
-from .jagged import JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
+from .jagged import JaggedArray, JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
 from .objects import (
     all_gather_object,
     broadcast_object_list,
@@ -84,7 +99,10 @@ __all__ = [
     "ArgumentTypeError",
     "CommunicationError",
     "CrossRankMismatchError",
+    "DefaultGroupError",
     "GroupError",
+    "GroupMember",
+    "JaggedArray",
     "JaggedResult",
     "KJTAllToAll",
     "KJTAllToAllAwaitable",
@@ -92,6 +110,7 @@ __all__ = [
     "MPIUnavailableError",
     "MpicommError",
     "ObjectCollectiveError",
+    "P2POp",
     "ProcessGroup",
     "ReduceOp",
     "ReductionTypeError",
@@ -107,24 +126,35 @@ __all__ = [
     "all_to_all_single",
     "allow_unpickle",
     "barrier",
+    "batch_isend_irecv",
     "broadcast",
     "broadcast_object_list",
     "destroy_process_group",
     "gather",
     "gather_object",
+    "get_backend",
     "get_global_rank",
     "get_group_rank",
+    "get_node_local_rank",
+    "get_process_group_ranks",
     "get_rank",
     "get_world_size",
+    "group",
     "init",
+    "init_process_group",
     "irecv",
+    "is_available",
     "is_initialized",
+    "is_mpi_available",
     "is_safe_unpickling",
     "is_validation_enabled",
     "isend",
     "jagged_all_to_all",
+    "monitored_barrier",
     "new_group",
     "new_node_group",
+    "new_subgroups",
+    "new_subgroups_by_enumeration",
     "recv",
     "recv_object_list",
     "reduce",

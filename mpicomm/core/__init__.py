@@ -1,6 +1,7 @@
 """The core every data path stands on: process groups, buffers, async handles, validation, failure, ReduceOp.
 
 - ``groups``: MPI start-up, the world and sub-groups (each owns a ``Dup`` of its communicator).
+- ``torch_compat``: torch.distributed's set-up names (``init_process_group``, ``group.WORLD``, subgroups).
 - ``buffers``: the one place that knows array kinds: argument checks, dtype -> MPI datatype, layouts.
 - ``work``: ``Work``, the handle ``async_op=True`` returns.
 - ``validation``: the cross-rank agreement checks of validation mode (``MPICOMM_VALIDATE=1``).

@@ -6,6 +6,7 @@ from that is a new communicator too, so mpicomm's messages can never match the u
 
 from __future__ import annotations
 
+import datetime
 import os
 import warnings
 from collections.abc import Iterable
@@ -18,6 +19,7 @@ from ..errors import ArgumentError, ArgumentTypeError, GroupError
 from . import failure, validation
 
 __all__ = [
+    "DefaultGroupError",
     "ProcessGroup",
     "destroy_process_group",
     "get_global_rank",
@@ -31,6 +33,15 @@ __all__ = [
 ]
 
 
+class DefaultGroupError(GroupError, ValueError):
+    """The default (world) group is not in a state that allows the call.
+
+    Raised when a call needs the default group after :func:`destroy_process_group` and before a new
+    :func:`init_process_group`, or by a second :func:`init_process_group`. It is a ``ValueError``, as
+    torch.distributed's error is, and a :class:`GroupError`.
+    """
+
+
 class ProcessGroup:
     """A set of ranks with their own MPI communicator; the ``group=`` argument of every call.
 
@@ -38,14 +49,14 @@ class ProcessGroup:
     hand. A rank that is not a member holds a group object too (as in torch.distributed) whose
     :attr:`comm` is ``None``: calls on it do nothing and return ``None``.
 
+    As in torch.distributed, :meth:`rank` and :meth:`size` are methods.
+
     Attributes:
         comm: The group's private ``mpi4py.MPI.Intracomm``, or ``None`` on a non-member rank.
-        rank: This process's rank in the group, -1 on a non-member.
-        size: Number of ranks in the group, -1 on a non-member.
         ranks: The world ranks of the members, in group-rank order.
     """
 
-    __slots__ = ("_index", "comm", "internal", "name", "rank", "ranks", "size")
+    __slots__ = ("_index", "_rank", "_size", "comm", "internal", "name", "ranks")
 
     def __init__(self, comm: Any, ranks: list[int], name: str) -> None:
         self.comm = comm
@@ -53,9 +64,17 @@ class ProcessGroup:
         self.internal: Any = None if comm is None else comm.Dup()
         self.ranks = ranks
         self.name = name
-        self.rank = -1 if comm is None else int(comm.Get_rank())
-        self.size = -1 if comm is None else int(comm.Get_size())
+        self._rank = -1 if comm is None else int(comm.Get_rank())
+        self._size = -1 if comm is None else int(comm.Get_size())
         self._index = {g: i for i, g in enumerate(ranks)}
+
+    def rank(self) -> int:
+        """This process's rank in the group, -1 on a non-member (torch's ``ProcessGroup.rank()``)."""
+        return self._rank
+
+    def size(self) -> int:
+        """The number of ranks in the group, -1 on a non-member (torch's ``ProcessGroup.size()``)."""
+        return self._size
 
     @property
     def is_member(self) -> bool:
@@ -77,7 +96,7 @@ class ProcessGroup:
             ) from None
 
     def __repr__(self) -> str:
-        who = f"rank {self.rank} of {self.size}" if self.is_member else "not a member"
+        who = f"rank {self._rank} of {self._size}" if self.is_member else "not a member"
         return f"<ProcessGroup {self.name}: {who}, world ranks {_short(self.ranks)}>"
 
 
@@ -87,6 +106,8 @@ class _State:
     world: ProcessGroup | None = None
     groups: list[ProcessGroup] = []  # noqa: RUF012 - one list for the process, by design
     counter = 0
+    # destroy_process_group() of the world: calls raise until the next init, as in torch
+    destroyed = False
 
 
 def _short(ranks: list[int]) -> str:
@@ -117,7 +138,7 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
     Example:
         >>> import mpicomm
         >>> world = mpicomm.init()
-        >>> world.size == mpicomm.get_world_size()
+        >>> world.size() == mpicomm.get_world_size()
         True
     """
     if _State.world is not None:
@@ -145,11 +166,12 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
     world = ProcessGroup(dup, list(range(dup.Get_size())), "world")
     _State.world = world
     _State.groups = [world]
+    _State.destroyed = False
 
     validation.read_environment()
     if abort_on_exception is None:
         abort_on_exception = os.environ.get("MPICOMM_ABORT_ON_EXCEPTION", "1") != "0"
-    if abort_on_exception and world.size > 1:
+    if abort_on_exception and world.size() > 1:
         failure.install_abort_hook(world)
     return world
 
@@ -164,9 +186,22 @@ def is_initialized() -> bool:
     return _State.world is not None
 
 
-def world() -> ProcessGroup:
-    """The world group, initialising on first use."""
-    return _State.world or init()
+def world(fn: str = "new_group") -> ProcessGroup:
+    """The world group, initialising on first use.
+
+    Raises:
+        DefaultGroupError: the world group was destroyed and not initialised again.
+    """
+    return _State.world or _first_use(fn)
+
+
+def _first_use(fn: str) -> ProcessGroup:
+    if _State.destroyed:
+        raise DefaultGroupError(
+            f"{fn}: the default process group was destroyed by destroy_process_group(); expected "
+            "init_process_group() (or mpicomm.init()) before the next call, as torch.distributed does"
+        )
+    return init()
 
 
 def resolve(group: ProcessGroup | None, fn: str) -> ProcessGroup:
@@ -177,12 +212,12 @@ def resolve(group: ProcessGroup | None, fn: str) -> ProcessGroup:
         GroupError: the group was destroyed.
     """
     if group is None:
-        return _State.world or init()
+        return _State.world or _first_use(fn)
     if type(group) is not ProcessGroup:
         raise ArgumentTypeError(
             f"{fn}: group is a {type(group).__qualname__}; expected a mpicomm.ProcessGroup or None"
         )
-    if group.comm is None and group.size == -2:
+    if group.comm is None and group._size == -2:
         raise GroupError(f"{fn}: group {group.name} was destroyed; make a new one with new_group()")
     return group
 
@@ -203,7 +238,7 @@ def get_rank(group: ProcessGroup | None = None) -> int:
         >>> 0 <= mpicomm.get_rank() < mpicomm.get_world_size()
         True
     """
-    return resolve(group, "get_rank").rank
+    return resolve(group, "get_rank").rank()
 
 
 def get_world_size(group: ProcessGroup | None = None) -> int:
@@ -214,7 +249,7 @@ def get_world_size(group: ProcessGroup | None = None) -> int:
         >>> mpicomm.get_world_size() >= 1
         True
     """
-    return resolve(group, "get_world_size").size
+    return resolve(group, "get_world_size").size()
 
 
 def get_group_rank(group: ProcessGroup, global_rank: int) -> int:
@@ -253,21 +288,37 @@ def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
     return g.ranks[group_rank]
 
 
-def new_group(ranks: Iterable[int] | None = None) -> ProcessGroup:
-    """Make a group of the given world ranks; every rank of the world must call it, members or not.
+def new_group(
+    ranks: Iterable[int] | None = None,
+    timeout: datetime.timedelta | float | None = None,
+    backend: str | None = None,
+    pg_options: Any = None,
+    use_local_synchronization: bool = False,
+    group_desc: str | None = None,
+) -> ProcessGroup:
+    """Make a group of the given world ranks (torch.distributed's signature).
 
-    Group ranks follow the sorted world ranks, as in torch.distributed. Non-members get a group
-    object that makes every call a no-op returning ``None``.
+    Every rank of the world calls it, members or not, unless ``use_local_synchronization`` is set:
+    then only the members call it (``MPI_Comm_create_group``), as torch allows. Group ranks follow
+    the sorted world ranks, as in torch.distributed. Non-members get a group object that makes every
+    call a no-op returning ``None`` (torch returns ``GroupMember.NON_GROUP_MEMBER``, which compares
+    equal to it).
 
     Args:
         ranks: World ranks of the members; ``None`` for all of them.
+        timeout: Accepted for torch compatibility (a ``timedelta`` or seconds) and not used: MPI
+            operations have no per-group timeout.
+        backend: ``None`` or ``"mpi"``.
+        pg_options: Accepted for torch compatibility and not used.
+        use_local_synchronization: Only the members call this function.
+        group_desc: A name for the group in messages and ``repr`` (default ``groupN``).
 
     Returns:
         The new group.
 
     Raises:
-        ArgumentTypeError: ``ranks`` holds something other than integers.
-        ArgumentError: a rank is out of range or listed twice.
+        ArgumentTypeError: ``ranks`` holds something other than integers, or a bad ``timeout`` type.
+        ArgumentError: a rank is out of range or listed twice, or a backend other than MPI.
         CrossRankMismatchError: (validation mode) ranks passed different member lists.
 
     Example:
@@ -276,25 +327,67 @@ def new_group(ranks: Iterable[int] | None = None) -> ProcessGroup:
         >>> evens.is_member == (mpicomm.get_rank() % 2 == 0)
         True
     """
-    w = world()
+    fn = "new_group"
+    check_backend(backend, fn)
+    timeout_seconds(timeout, fn)
+    if group_desc is not None and not isinstance(group_desc, str):
+        raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
+    w = world(fn)
     try:
-        members = _check_ranks(ranks, w.size)
+        members = _check_ranks(ranks, w.size(), fn)
     except (ArgumentError, ArgumentTypeError) as exc:
         if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
-            validation.report(w, "new_group", exc)
+            validation.report(w, fn, exc)
         raise
     if validation._Flag.on:
-        validation.check(w, "new_group", {"ranks": members})
-    me = w.rank
-    color = 0 if me in members else _mpi.MPI.UNDEFINED
-    comm = w.comm.Split(color, me)
+        validation.check(w, fn, {"ranks": members})
+    me = w.rank()
+    if use_local_synchronization:
+        comm = w.comm.Create_group(w.comm.group.Incl(members)) if me in members else _mpi.MPI.COMM_NULL
+    else:
+        comm = w.comm.Split(0 if me in members else _mpi.MPI.UNDEFINED, me)
     _State.counter += 1
-    group = ProcessGroup(None if comm == _mpi.MPI.COMM_NULL else comm, members, f"group{_State.counter}")
+    name = group_desc or f"group{_State.counter}"
+    group = ProcessGroup(None if comm == _mpi.MPI.COMM_NULL else comm, members, name)
     _State.groups.append(group)
     return group
 
 
-def _check_ranks(ranks: Iterable[int] | None, size: int) -> list[int]:
+def check_backend(backend: object, fn: str) -> None:
+    """Accept torch's ``backend`` argument when it names MPI (or is None).
+
+    Raises:
+        ArgumentError: any other backend.
+    """
+    if backend is not None and str(backend).lower() != "mpi":
+        raise ArgumentError(
+            f"{fn}: backend is {backend!r}; expected 'mpi' or None (mpicomm's only backend is MPI)"
+        )
+
+
+def timeout_seconds(timeout: object, fn: str) -> float | None:
+    """Seconds in torch's ``timeout`` argument (a ``timedelta`` or a number), or None.
+
+    Raises:
+        ArgumentTypeError: not a timedelta or a number.
+        ArgumentError: negative.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, datetime.timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, (int, float, np.integer, np.floating)) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise ArgumentTypeError(
+            f"{fn}: timeout is {timeout!r}; expected a datetime.timedelta, seconds or None"
+        )
+    if not seconds >= 0:
+        raise ArgumentError(f"{fn}: timeout is {timeout!r}; expected a duration >= 0")
+    return seconds
+
+
+def _check_ranks(ranks: Iterable[int] | None, size: int, fn: str) -> list[int]:
     if ranks is None:
         return list(range(size))
     try:
@@ -302,16 +395,16 @@ def _check_ranks(ranks: Iterable[int] | None, size: int) -> list[int]:
         members = sorted(int(r) for r in raw if isinstance(r, int) or hasattr(r, "__index__"))
     except TypeError:
         raise ArgumentTypeError(
-            f"new_group: ranks is a {type(ranks).__qualname__}; expected a list of integers"
+            f"{fn}: ranks is a {type(ranks).__qualname__}; expected a list of integers"
         ) from None
     if len(members) != len(raw):
-        raise ArgumentTypeError(f"new_group: ranks is {raw!r}; expected a list of integers")
+        raise ArgumentTypeError(f"{fn}: ranks is {raw!r}; expected a list of integers")
     if len(set(members)) != len(members):
-        raise ArgumentError(f"new_group: ranks {raw!r} lists a rank twice; expected distinct ranks")
+        raise ArgumentError(f"{fn}: ranks {raw!r} lists a rank twice; expected distinct ranks")
     bad = [r for r in members if not 0 <= r < size]
     if bad:
         raise ArgumentError(
-            f"new_group: ranks has {bad[0]}; expected world ranks 0 <= rank < {size} (the world size)"
+            f"{fn}: ranks has {bad[0]}; expected world ranks 0 <= rank < {size} (the world size)"
         )
     return members
 
@@ -327,14 +420,14 @@ def new_node_group(group: ProcessGroup | None = None) -> ProcessGroup:
     Example:
         >>> import mpicomm
         >>> node = mpicomm.new_node_group()
-        >>> 0 <= node.rank < node.size
+        >>> 0 <= node.rank() < node.size()
         True
     """
     g = resolve(group, "new_node_group")
     if g.comm is None:
         raise GroupError(f"new_node_group: this rank is not a member of group {g.name}")
-    comm = g.comm.Split_type(_mpi.MPI.COMM_TYPE_SHARED, key=g.rank)
-    members = [g.ranks[r] for r in comm.allgather(g.rank)]
+    comm = g.comm.Split_type(_mpi.MPI.COMM_TYPE_SHARED, key=g.rank())
+    members = [g.ranks[r] for r in comm.allgather(g.rank())]
     _State.counter += 1
     node = ProcessGroup(comm, members, f"node{_State.counter}")
     _State.groups.append(node)
@@ -342,25 +435,33 @@ def new_node_group(group: ProcessGroup | None = None) -> ProcessGroup:
 
 
 def destroy_process_group(group: ProcessGroup | None = None) -> None:
-    """Free a group's communicator; with ``None``, free every group and undo :func:`init`.
+    """Free a group's communicator; with ``None`` (or the world group), free every group.
 
     The group's members must call it together. Using a destroyed group raises :class:`GroupError`.
+    After the world is destroyed, every call that needs it raises :class:`DefaultGroupError` (as in
+    torch.distributed) until :func:`init_process_group` or :func:`init` starts a new one; MPI itself
+    stays initialised, so that is cheap.
+
+    Args:
+        group: The group to free; ``None`` for every group.
+
+    Raises:
+        GroupError: ``group`` was already destroyed.
 
     Example:
         >>> import mpicomm
         >>> g = mpicomm.new_group()
         >>> mpicomm.destroy_process_group(g)
     """
-    if group is None:
-        for g in reversed(_State.groups):
-            _free(g)
-        _State.groups = []
-        _State.world = None
+    g = None if group is None else resolve(group, "destroy_process_group")
+    if g is not None and g is not _State.world:
+        _free(g)
         return
-    g = resolve(group, "destroy_process_group")
-    _free(g)
-    if g is _State.world:
-        _State.world = None
+    for each in reversed(_State.groups):
+        _free(each)
+    _State.groups = []
+    _State.world = None
+    _State.destroyed = True
 
 
 def _free(group: ProcessGroup) -> None:
@@ -368,8 +469,8 @@ def _free(group: ProcessGroup) -> None:
         group.comm.Free()
         group.internal.Free()
     group.comm = group.internal = None
-    group.size = -2  # marks the group as destroyed for resolve()
-    group.rank = -1
+    group._size = -2  # marks the group as destroyed for resolve()
+    group._rank = -1
 
 
 def root_rank(group: ProcessGroup, global_rank: int | None, group_rank: int | None, fn: str, arg: str) -> int:
@@ -405,8 +506,8 @@ def root_rank(group: ProcessGroup, global_rank: int | None, group_rank: int | No
         not isinstance(group_rank, (int, np.integer)) or isinstance(group_rank, bool)
     ):
         raise ArgumentTypeError(f"{fn}: {arg_shown} is {group_rank!r}; expected an int rank")
-    if not 0 <= group_rank < group.size:
+    if not 0 <= group_rank < group._size:
         raise ArgumentError(
-            f"{fn}: {arg_shown} is {group_rank}; expected 0 <= {arg_shown} < {group.size} (the group size)"
+            f"{fn}: {arg_shown} is {group_rank}; expected 0 <= {arg_shown} < {group._size} (the group size)"
         )
     return int(group_rank)

@@ -2,7 +2,8 @@
 
 SUM, PRODUCT, MIN, MAX and the bitwise ops map to MPI's predefined operators. AVG is an MPI sum divided
 by the group size afterwards; PREMUL_SUM multiplies each rank's input by a factor before the sum. Both
-work on any MPI, where torch has them only on NCCL.
+work on any MPI, where torch has them only on NCCL. float16 and bfloat16 (``ml_dtypes.bfloat16``) are
+reduced in float32 by the collectives (:mod:`mpicomm.dense.half`); this module only checks them.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from .. import _mpi
 from ..errors import ArgumentTypeError, ReductionTypeError
 from .buffers import datatype
 
-__all__ = ["ReduceOp"]
+__all__ = ["ReduceOp", "is_half"]
 
-# numpy type characters MPI has a reduction for; float16 ('e') is carried but not reduced.
+# numpy type characters MPI has a reduction for; float16 and bfloat16 are reduced in float32 instead.
 _REDUCIBLE = frozenset("?bBhHiIlLqQfdgFDG")
+_FLOAT16 = np.dtype(np.float16)
 
 # dtype.kind each operator accepts: b bool, i/u integers, f floats, c complex.
 _KINDS = {
@@ -59,7 +61,10 @@ class ReduceOp:
     * ``PREMUL_SUM(factor)`` gives ``sum over ranks of factor * x``. On integer arrays the factor must
       be an integer. Without a factor it is refused.
     * MIN and MAX are not defined on complex numbers; the bitwise ops only on bools and integers.
-      float16 and other dtypes MPI cannot reduce are refused by every operator.
+    * float16 and bfloat16 (``ml_dtypes.bfloat16``) take every operator floats take: they are
+      widened to float32, reduced there and rounded back once to nearest even, so the result is the
+      exactly rounded float32 result (see docs/torch.rst for the precision).
+    * Structured, byte-swapped and other dtypes MPI cannot reduce are refused by every operator.
 
     Example:
         >>> from mpicomm import ReduceOp
@@ -120,21 +125,32 @@ class ReduceOp:
         """
         pair = self._ops.get(dtype)
         if pair is None:
-            pair = self._ops[dtype] = (datatype(dtype), self._check(dtype, fn))
+            self.check(dtype, fn)
+            if is_half(dtype):  # the collectives widen halves first; a path that does not must refuse
+                raise ReductionTypeError(f"{fn}: op {self!r} on dtype {dtype}; expected a float32 array here")
+            full, logical = _MPI_NAMES[self.name]
+            mop = getattr(_mpi.MPI, logical if dtype.kind == "b" else full)
+            pair = self._ops[dtype] = (datatype(dtype), mop)
         return pair
 
-    def _check(self, dtype: np.dtype[Any], fn: str) -> Any:
+    def check(self, dtype: np.dtype[Any], fn: str) -> None:
+        """Check that this operator is defined on ``dtype`` (float16 and bfloat16 count as floats).
+
+        Raises:
+            ReductionTypeError: it is not, or PREMUL_SUM lacks a factor.
+        """
         if self.name == "PREMUL_SUM" and self.factor is None:
             raise ReductionTypeError(
                 f"{fn}: op is ReduceOp.PREMUL_SUM without a factor; expected ReduceOp.PREMUL_SUM(factor)"
             )
-        if not dtype.isnative or dtype.char not in _REDUCIBLE:
+        half = is_half(dtype)
+        if not half and (not dtype.isnative or dtype.char not in _REDUCIBLE):
             raise ReductionTypeError(
                 f"{fn}: op {self!r} on dtype {dtype}, which MPI cannot reduce; expected a native-endian "
-                "bool, integer, float32/64/128 or complex dtype (float16 and structured dtypes can "
+                "bool, integer, float16/bfloat16/32/64/128 or complex dtype (structured dtypes can "
                 "still be moved by broadcast, all_gather, all_to_all, send/recv)"
             )
-        if dtype.kind not in _KINDS[self.name]:
+        if ("f" if half else dtype.kind) not in _KINDS[self.name]:
             kinds = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
             allowed = ", ".join(kinds[k] for k in _KINDS[self.name])
             raise ReductionTypeError(
@@ -146,13 +162,22 @@ class ReduceOp:
             )
         if isinstance(self.factor, (complex, np.complexfloating)) and dtype.kind != "c":
             raise ReductionTypeError(f"{fn}: op {self!r} on real dtype {dtype}; expected a real factor")
-        full, logical = _MPI_NAMES[self.name]
-        return getattr(_mpi.MPI, logical if dtype.kind == "b" else full)
 
     @property
     def needs_local_work(self) -> bool:
         """Whether the op pre-multiplies (PREMUL_SUM) or post-divides (AVG) around the MPI sum."""
         return self.name in ("AVG", "PREMUL_SUM")
+
+
+def is_half(dtype: object) -> bool:
+    """Whether ``dtype`` is float16 or bfloat16 (``ml_dtypes.bfloat16``, recognised by name).
+
+    Example:
+        >>> import numpy as np
+        >>> is_half(np.dtype(np.float16)), is_half(np.dtype(np.float32))
+        (True, False)
+    """
+    return isinstance(dtype, np.dtype) and (dtype == _FLOAT16 or dtype.name == "bfloat16")
 
 
 def _is_integral(x: float | complex) -> bool:

@@ -141,7 +141,7 @@ def report(group: ProcessGroup, fn: str, exc: Exception) -> NoReturn:
     Raises:
         MpicommError: always; the class of the lowest failing rank's error.
     """
-    world = group.ranks[group.rank]
+    world = group.ranks[group.rank()]
     text = f"{exc} (found on rank {world}; validation mode raised it on every rank)"
     _exchange(group, fn, _kind(exc), text.encode(), cause=exc)
     raise AssertionError("unreachable: _exchange raises when a rank reports a failure")  # pragma: no cover
@@ -170,7 +170,7 @@ def _exchange(
 ) -> list[bytes]:
     """Every rank's (kind, record); raise the lowest failing rank's error on every rank if any failed."""
     _Flag.exchanges += 1
-    limit = MAX_TEXT + 48 * group.size
+    limit = MAX_TEXT + 48 * group.size()
     reports = allgather_texts(group.comm, kind, text, limit)
     failed = [(k, t) for k, t in reports if k]
     if failed:
@@ -194,8 +194,8 @@ def _records(group: ProcessGroup, fn: str, texts: list[bytes]) -> list[tuple[str
             if not isinstance(name, str) or not isinstance(agree, dict):
                 raise TypeError("expected [name, fields, sends, recvs]")
             for row in (sends, recvs):
-                if row is not None and (len(row) != group.size or not all(type(v) is int for v in row)):
-                    raise TypeError(f"expected {group.size} ints per row")
+                if row is not None and (len(row) != group.size() or not all(type(v) is int for v in row)):
+                    raise TypeError(f"expected {group.size()} ints per row")
         except (ValueError, TypeError) as exc:
             raise CrossRankMismatchError(
                 f"{fn}: validation: group rank {rank} sent a malformed validation record ({exc})"

@@ -78,10 +78,10 @@ def all_to_all(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    outs = check_array_list(output_tensor_list, fn, "output_tensor_list", g.size, output=True)
-    ins = check_array_list(input_tensor_list, fn, "input_tensor_list", g.size, output=False)
+    outs = check_array_list(output_tensor_list, fn, "output_tensor_list", g.size(), output=True)
+    ins = check_array_list(input_tensor_list, fn, "input_tensor_list", g.size(), output=False)
     check_same_dtype(outs[0], ins[0], fn, "output_tensor_list", "input_tensor_list")
-    me = g.rank
+    me = g.rank()
     if outs[me].size != ins[me].size:
         raise ArgumentError(
             f"{fn}: output_tensor_list[{me}] has {outs[me].size} elements; expected {ins[me].size}, "
@@ -90,7 +90,7 @@ def all_to_all(
     check_disjoint_lists(outs, ins, (me, me), fn, "output_tensor_list", "input_tensor_list")
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(ins[0].dtype)}, [a.size for a in ins], [o.size for o in outs])
-    peers = [p for p in range(g.size) if p != me]
+    peers = [p for p in range(g.size()) if p != me]
     posts: list[Any] = []
     requests = exchange(g, {p: outs[p] for p in peers}, {p: ins[p] for p in peers}, ALL_TO_ALL, posts)
     copy_own(outs[me], ins[me])
@@ -159,9 +159,9 @@ def all_to_all_single(
     check_same_dtype(out, inp, fn, "output", "input")
     check_disjoint(out, inp, fn, "output", "input")
     row = _row(inp, out, fn)
-    out_rows = _splits(output_split_sizes, out, g.size, fn, "output")
-    in_rows = _splits(input_split_sizes, inp, g.size, fn, "input")
-    me = g.rank
+    out_rows = _splits(output_split_sizes, out, g.size(), fn, "output")
+    in_rows = _splits(input_split_sizes, inp, g.size(), fn, "input")
+    me = g.rank()
     if out_rows[me] != in_rows[me]:
         raise ArgumentError(
             f"{fn}: output_split_sizes[{me}] is {out_rows[me]} rows; expected {in_rows[me]}, "

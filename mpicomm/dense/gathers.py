@@ -86,14 +86,16 @@ def all_gather(
         warn_non_member(g, fn)
         return None
     tensor = check_array(tensor, fn, "tensor")
-    outs = check_array_list(tensor_list, fn, "tensor_list", g.size, output=True)
+    outs = check_array_list(tensor_list, fn, "tensor_list", g.size(), output=True)
     check_same_dtype(tensor, outs[0], fn, "tensor", "tensor_list")
-    _check_own_size(outs[g.rank], tensor, fn, "tensor_list", g.rank)
-    check_disjoint_lists(outs, [tensor], (g.rank, 0), fn, "tensor_list", "tensor")
+    _check_own_size(outs[g.rank()], tensor, fn, "tensor_list", g.rank())
+    check_disjoint_lists(outs, [tensor], (g.rank(), 0), fn, "tensor_list", "tensor")
     if validation._Flag.on:
-        validation.check(g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size, [o.size for o in outs])
-    me = g.rank
-    peers = [p for p in range(g.size) if p != me]
+        validation.check(
+            g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size(), [o.size for o in outs]
+        )
+    me = g.rank()
+    peers = [p for p in range(g.size()) if p != me]
     posts: list[Any] = []
     requests = exchange(g, {p: outs[p] for p in peers}, dict.fromkeys(peers, tensor), ALL_GATHER, posts)
     copy_own(outs[me], tensor)
@@ -157,19 +159,19 @@ def all_gather_into_tensor(
     inp = check_array(input_tensor, fn, "input_tensor")
     out = check_output(output_tensor, fn, "output_tensor")
     check_same_dtype(inp, out, fn, "input_tensor", "output_tensor")
-    if out.size != g.size * inp.size:
+    if out.size != g.size() * inp.size:
         raise ArgumentError(
-            f"{fn}: output_tensor has {out.size} elements; expected {g.size * inp.size} "
-            f"(the group size {g.size} times input_tensor's {inp.size})"
+            f"{fn}: output_tensor has {out.size} elements; expected {g.size() * inp.size} "
+            f"(the group size {g.size()} times input_tensor's {inp.size})"
         )
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(inp.dtype), "count": inp.size})
     send: Any = message(inp)
-    if _is_own_slot(inp, out, g.rank):
+    if _is_own_slot(inp, out, g.rank()):
         send = _mpi.MPI.IN_PLACE  # torch's idiom: the input is this rank's slot of the output
     else:
         check_disjoint(out, inp, fn, "output_tensor", "input_tensor")
-    recv, post = _chunks(out, g.size)
+    recv, post = _chunks(out, g.size())
     if async_op:
         return Work([g.comm.Iallgather(send, recv)], keep=(inp, out, recv), result=[out], finish=post)
     g.comm.Allgather(send, recv)
@@ -253,13 +255,13 @@ def gather(
     root = root_rank(g, dst, group_dst, fn, "dst")
     outs = _root_list(gather_list, g, root, tensor, fn, "gather_list", output=True)
     if validation._Flag.on:
-        sends = [tensor.size if r == root else 0 for r in range(g.size)]
-        recvs = [o.size for o in outs] if outs else [0] * g.size
+        sends = [tensor.size if r == root else 0 for r in range(g.size())]
+        recvs = [o.size for o in outs] if outs else [0] * g.size()
         validation.check(g, fn, {"dtype": str(tensor.dtype), "dst": root}, sends, recvs)
     if outs is None:
         requests = exchange(g, {}, {root: tensor}, GATHER)
         return finish(requests, async_op, tensor, [])
-    peers = [p for p in range(g.size) if p != root]
+    peers = [p for p in range(g.size()) if p != root]
     posts: list[Any] = []
     requests = exchange(g, {p: outs[p] for p in peers}, {}, GATHER, posts)
     copy_own(outs[root], tensor)
@@ -277,18 +279,18 @@ def _root_list(
 ) -> list[np.ndarray] | None:
     """Check the list a rooted call takes on its root only (gather_list, scatter_list)."""
     empty = arrays is None or (isinstance(arrays, (list, tuple)) and len(arrays) == 0)
-    if g.rank != root:
+    if g.rank() != root:
         if not empty:
             raise ArgumentError(
-                f"{fn}: {arg} is given on rank {g.rank}, which is not the root {root}; expected None there"
+                f"{fn}: {arg} is given on rank {g.rank()}, which is not the root {root}; expected None there"
             )
         return None
     if empty:
         raise ArgumentError(
             f"{fn}: {arg} is {arrays!r} on the root rank {root}; expected a list of "
-            f"{g.size} arrays (one per group rank)"
+            f"{g.size()} arrays (one per group rank)"
         )
-    checked = check_array_list(arrays, fn, arg, g.size, output=output)
+    checked = check_array_list(arrays, fn, arg, g.size(), output=output)
     check_same_dtype(own, checked[0], fn, "tensor", arg)
     _check_own_size(checked[root], own, fn, arg, root)
     if output:
@@ -345,14 +347,14 @@ def scatter(
     root = root_rank(g, src, group_src, fn, "src")
     ins = _root_list(scatter_list, g, root, out, fn, "scatter_list", output=False)
     if validation._Flag.on:
-        sends = [i.size for i in ins] if ins else [0] * g.size
-        recvs = [out.size if r == root else 0 for r in range(g.size)]
+        sends = [i.size for i in ins] if ins else [0] * g.size()
+        recvs = [out.size if r == root else 0 for r in range(g.size())]
         validation.check(g, fn, {"dtype": str(out.dtype), "src": root}, sends, recvs)
     if ins is None:
         posts: list[Any] = []
         requests = exchange(g, {root: out}, {}, SCATTER, posts)
         return finish(requests, async_op, out, [out], posts)
-    peers = [p for p in range(g.size) if p != root]
+    peers = [p for p in range(g.size()) if p != root]
     requests = exchange(g, {}, {p: ins[p] for p in peers}, SCATTER)
     copy_own(out, ins[root])
     return finish(requests, async_op, (out, ins), [out])

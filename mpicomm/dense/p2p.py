@@ -26,7 +26,7 @@ def _peer(g: ProcessGroup, rank: int | None, group_rank: int | None, fn: str, ar
             return int(_mpi.MPI.ANY_SOURCE)
         raise ArgumentError(f"{fn}: no {arg} given; expected {arg}= (world rank) or group_{arg}=")
     peer = root_rank(g, rank, group_rank, fn, arg)
-    if peer == g.rank:
+    if peer == g.rank():
         raise ArgumentError(
             f"{fn}: {arg} is this rank ({g.ranks[peer]}); expected another rank "
             "(a message to or from itself could never be matched)"

@@ -12,6 +12,7 @@ reduction is copied once).
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -32,12 +33,14 @@ from ..core.buffers import (
     staged,
 )
 from ..core.calls import collective
-from ..core.groups import ProcessGroup, _State, init, resolve, root_rank, warn_non_member
-from ..core.reduce_op import ReduceOp, average, premultiply
+from ..core.groups import ProcessGroup, _State, resolve, root_rank, timeout_seconds, warn_non_member
+from ..core.reduce_op import ReduceOp, average, is_half, premultiply
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
 from .exchange import REDUCE_SCATTER, exchange
 from .gathers import _check_own_size
+from .half import reduce_wide
+from .sync import timed_barrier
 
 __all__ = [
     "all_reduce",
@@ -97,7 +100,7 @@ def all_reduce(
     """
     g = _State.world if group is None else resolve(group, "all_reduce")
     if g is None:
-        g = init()
+        g = resolve(None, "all_reduce")
     comm = g.comm
     if comm is None:
         warn_non_member(g, "all_reduce")
@@ -133,13 +136,17 @@ def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async
     check_output(tensor, "all_reduce", "tensor")
     if type(op) is not ReduceOp:
         _bad_op(op, "all_reduce")
+    if is_half(tensor.dtype):
+        return reduce_wide(
+            lambda w: _all_reduce_checked(w, op, g, async_op), op, "all_reduce", tensor, [], async_op
+        )
     dt, mop = op.mpi_op(tensor.dtype, "all_reduce")
     if validation._Flag.on:
         validation.check(g, "all_reduce", {"op": repr(op), "dtype": str(tensor.dtype), "count": tensor.size})
     buf, back = staged(tensor)
     premultiply(op, buf, out=buf)
     msg = [buf, dt]
-    post = _then(_post_average(op, buf, g.size), back)
+    post = _then(_post_average(op, buf, g.size()), back)
     if async_op:
         req = g.comm.Iallreduce(_mpi.MPI.IN_PLACE, msg, mop)
         return Work([req], keep=(tensor, buf), result=[tensor], finish=post)
@@ -209,6 +216,8 @@ def reduce(
     check_output(tensor, fn, "tensor")
     if type(op) is not ReduceOp:
         _bad_op(op, fn)
+    if is_half(tensor.dtype):
+        return reduce_wide(lambda w: reduce(w, dst, op, g, async_op, group_dst), op, fn, tensor, [], async_op)
     _, mop = op.mpi_op(tensor.dtype, fn)
     root = root_rank(g, dst, group_dst, fn, "dst")
     if validation._Flag.on:
@@ -218,13 +227,13 @@ def reduce(
     MPI = _mpi.MPI
     dt = datatype(tensor.dtype)
     post = None
-    if g.rank == root:
+    if g.rank() == root:
         sendbuf: Any = MPI.IN_PLACE
         buf, back = staged(tensor)
         if op.factor is not None:
             premultiply(op, buf, out=buf)
         recvbuf: Any = [buf, dt]
-        post = _then(_post_average(op, buf, g.size), back)
+        post = _then(_post_average(op, buf, g.size()), back)
     else:
         sendbuf, recvbuf = [send_view(premultiply(op, tensor)), dt], None
     if async_op:
@@ -276,7 +285,7 @@ def broadcast(
     check_output(tensor, fn, "tensor")
     root = root_rank(g, src, group_src, fn, "src")
     post = None
-    if g.rank == root:
+    if g.rank() == root:
         msg = message(tensor)
     else:
         msg, post = recv_message(tensor)
@@ -291,21 +300,32 @@ def broadcast(
 
 
 @collective("barrier")
-def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_ids: Any = None) -> Work | None:
+def barrier(
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    device_ids: Any = None,
+    timeout: datetime.timedelta | float | None = None,
+) -> Work | None:
     """Block until every rank of the group has entered the barrier.
 
     Args:
         group: The process group; ``None`` for the world.
         async_op: Return a Work (over ``MPI_Ibarrier``) instead of blocking.
         device_ids: Accepted for torch compatibility and ignored.
+        timeout: A ``timedelta`` or seconds: raise if the barrier has not completed by then (a
+            blocking call only). :func:`monitored_barrier` also names the missing ranks.
 
     Returns:
         A Work if ``async_op``, else None.
+
+    Raises:
+        CommunicationError: the barrier did not complete within ``timeout``.
 
     Example:
         >>> import mpicomm
         >>> mpicomm.barrier()
     """
+    seconds = timeout_seconds(timeout, "barrier")
     g = resolve(group, "barrier")
     if g.comm is None:
         warn_non_member(g, "barrier")
@@ -314,6 +334,9 @@ def barrier(group: ProcessGroup | None = None, async_op: bool = False, device_id
         validation.check(g, "barrier", {})
     if async_op:
         return Work([g.comm.Ibarrier()])
+    if seconds is not None:
+        timed_barrier(g, seconds)
+        return None
     g.comm.Barrier()
     return None
 
@@ -368,15 +391,19 @@ def reduce_scatter(
         warn_non_member(g, fn)
         return None
     out = check_output(output, fn, "output")
-    ins = check_array_list(input_list, fn, "input_list", g.size, output=False)
+    ins = check_array_list(input_list, fn, "input_list", g.size(), output=False)
     check_same_dtype(out, ins[0], fn, "output", "input_list")
-    _check_own_size(ins[g.rank], out, fn, "input_list", g.rank)
+    _check_own_size(ins[g.rank()], out, fn, "input_list", g.rank())
     if type(op) is not ReduceOp:
         _bad_op(op, fn)
+    if is_half(out.dtype):
+        return reduce_wide(
+            lambda w, *i: reduce_scatter(w, list(i), op, g, async_op), op, fn, out, ins, async_op
+        )
     _, mop = op.mpi_op(out.dtype, fn)
     counts = [a.size for a in ins]
     if validation._Flag.on:
-        validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype)}, counts, [out.size] * g.size)
+        validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype)}, counts, [out.size] * g.size())
     return _reduce_scatter_pairwise(out, ins, op, mop, g, async_op)
 
 
@@ -389,7 +416,7 @@ def _reduce_scatter_pairwise(
     from the list in place: the inputs are never packed into one buffer. Messages go over the
     group's internal communicator, so they cannot match the user's send/recv.
     """
-    size, rank = g.size, g.rank
+    size, rank = g.size(), g.rank()
     dt = datatype(out.dtype)
     peers = [p for p in range(size) if p != rank]
     received = np.empty((len(peers), out.size), out.dtype)
@@ -470,13 +497,17 @@ def reduce_scatter_tensor(
     out = check_output(output, fn, "output")
     inp = check_array(input, fn, "input")  # copied if need be after the size checks
     check_same_dtype(out, inp, fn, "output", "input")
-    if inp.size != g.size * out.size:
+    if inp.size != g.size() * out.size:
         raise ArgumentError(
-            f"{fn}: input has {inp.size} elements; expected {g.size * out.size} "
-            f"(the group size {g.size} times output's {out.size})"
+            f"{fn}: input has {inp.size} elements; expected {g.size() * out.size} "
+            f"(the group size {g.size()} times output's {out.size})"
         )
     if type(op) is not ReduceOp:
         _bad_op(op, fn)
+    if is_half(out.dtype):
+        return reduce_wide(
+            lambda w, i: reduce_scatter_tensor(w, i, op, g, async_op), op, fn, out, [inp], async_op
+        )
     _, mop = op.mpi_op(out.dtype, fn)
     if validation._Flag.on:
         validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype), "count": out.size})
@@ -486,7 +517,7 @@ def reduce_scatter_tensor(
     dt = datatype(out.dtype)
     buf, back = staged(out)
     send, recv = [inp, dt], [buf, dt]
-    post = _then(_post_average(op, buf, g.size), back)
+    post = _then(_post_average(op, buf, g.size()), back)
     if async_op:
         req = g.comm.Ireduce_scatter_block(send, recv, mop)
         return Work([req], keep=(inp, out, buf), result=[out], finish=post)

@@ -103,7 +103,7 @@ def local_rank() -> int:
         announced = env_local_rank(os.environ)
         world = init()
         # split mpicomm's own duplicate of the world, never the user's communicator
-        node = world.comm.Split_type(_mpi.MPI.COMM_TYPE_SHARED, key=world.rank)
+        node = world.comm.Split_type(_mpi.MPI.COMM_TYPE_SHARED, key=world.rank())
         try:
             rank, size = int(node.Get_rank()), int(node.Get_size())
         finally:
@@ -112,7 +112,7 @@ def local_rank() -> int:
         # srun numbers a node's tasks in world-rank order, as the split does: it must agree exactly;
         # mpirun/mpiexec use their own order (Open MPI 5 gave world ranks 0, 1, 2 the local ranks
         # 0, 2, 1), so theirs need only lie on this node.
-        spans_world = world.size == _mpi.MPI.COMM_WORLD.Get_size()
+        spans_world = world.size() == _mpi.MPI.COMM_WORLD.Get_size()
         wrong = announced is not None and (
             announced[1] != rank if announced[0] == "SLURM_LOCALID" else announced[1] >= size
         )

@@ -71,12 +71,12 @@ def broadcast(
         return NotImplemented
     root = root_rank(g, src, group_src, "broadcast", "src")
     buf, back = _writable(tensor)
-    if g.rank == root:
+    if g.rank() == root:
         (buf,) = _ready(tensor)
     else:
         _ready()
     g.comm.Bcast([buf, datatype(tensor.dtype)], root)
-    if g.rank != root:
+    if g.rank() != root:
         back()
     return None
 
@@ -88,7 +88,7 @@ def all_gather_into_tensor(
     g = _group(group, "all_gather_into_tensor")
     if g is None or async_op or output_tensor.dtype != input_tensor.dtype:
         return NotImplemented
-    if output_tensor.size != g.size * input_tensor.size:
+    if output_tensor.size != g.size() * input_tensor.size:
         return NotImplemented
     out, back = _writable(output_tensor)
     (inp,) = _ready(input_tensor)
@@ -113,11 +113,11 @@ def all_to_all_single(
         return NotImplemented
     try:
         row = _row(input, output, fn)
-        out_rows = _splits(output_split_sizes, output, g.size, fn, "output")
-        in_rows = _splits(input_split_sizes, input, g.size, fn, "input")
+        out_rows = _splits(output_split_sizes, output, g.size(), fn, "output")
+        in_rows = _splits(input_split_sizes, input, g.size(), fn, "input")
     except Exception:
         return NotImplemented  # the staged path runs the host checks and raises their error
-    if out_rows[g.rank] != in_rows[g.rank]:
+    if out_rows[g.rank()] != in_rows[g.rank()]:
         return NotImplemented
     out, back = _writable(output)
     (inp,) = _ready(input)

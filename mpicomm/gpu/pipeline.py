@@ -121,7 +121,7 @@ def broadcast(
         return NotImplemented
     root = root_rank(g, src, group_src, "broadcast", "src")
     dt = datatype(tensor.dtype)
-    comm, mine = g.comm, g.rank == root
+    comm, mine = g.comm, g.rank() == root
 
     def step(host: Any, a: int, b: int) -> None:
         comm.Bcast([host, dt], root)

@@ -1,6 +1,8 @@
 """Jagged all-to-all: torchrec's KJTAllToAll over MPI (counts first, then the values).
 
 - ``keyed``: ``KeyedJaggedArray``, torchrec's KeyedJaggedTensor on numpy arrays.
+- ``keyed_ops``: its torchrec methods (``split``, ``permute``, ``concat``, ``kja["key"]``, ...), vectorised.
+- ``jagged_array``: ``JaggedArray``, one key's rows (torchrec's JaggedTensor).
 - ``wire``: the counts message both exchanges start with, and the checks they share.
 - ``exchange``: the low-level ``jagged_all_to_all`` (rows of one jagged array to each rank).
 - ``kjt``: ``KJTAllToAll`` and its awaitable.
@@ -12,7 +14,15 @@ May import: ``mpicomm.core``, ``mpicomm.errors``, ``mpicomm._mpi``.
 from __future__ import annotations
 
 from .exchange import JaggedResult, jagged_all_to_all
+from .jagged_array import JaggedArray
 from .keyed import KeyedJaggedArray
 from .kjt import KJTAllToAll, KJTAllToAllAwaitable
 
-__all__ = ["JaggedResult", "KJTAllToAll", "KJTAllToAllAwaitable", "KeyedJaggedArray", "jagged_all_to_all"]
+__all__ = [
+    "JaggedArray",
+    "JaggedResult",
+    "KJTAllToAll",
+    "KJTAllToAllAwaitable",
+    "KeyedJaggedArray",
+    "jagged_all_to_all",
+]

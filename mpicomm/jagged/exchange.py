@@ -96,11 +96,11 @@ def jagged_all_to_all(
         return None
     vals, lens = _check_values(values, fn), _check_lengths(lengths, fn)
     if isinstance(send_splits, (str, bytes)) or not isinstance(send_splits, (list, tuple, np.ndarray)):
-        raise ArgumentTypeError(f"{fn}: send_splits is {send_splits!r}; expected a list of {g.size} ints")
+        raise ArgumentTypeError(f"{fn}: send_splits is {send_splits!r}; expected a list of {g.size()} ints")
     splits = as_int_list(send_splits, fn, "send_splits")
-    if len(splits) != g.size:
+    if len(splits) != g.size():
         raise ArgumentError(
-            f"{fn}: send_splits has {len(splits)} entries; expected {g.size} (the group size)"
+            f"{fn}: send_splits has {len(splits)} entries; expected {g.size()} (the group size)"
         )
     if sum(splits) != lens.size:
         raise ArgumentError(
@@ -115,7 +115,7 @@ def jagged_all_to_all(
     if validation._Flag.on:
         validation.check(g, fn, {"lengths dtype, values dtype, value shape": dtypes})
     bounds = _exclusive_cumsum(np.asarray(splits, dtype=np.int64))
-    header = np.zeros((g.size, _HEADER), dtype=np.int64)
+    header = np.zeros((g.size(), _HEADER), dtype=np.int64)
     header[:, _ROWS] = splits
     header[:, _VALUES] = np.diff(cum[bounds])
     header[:, _DTYPES] = _fingerprint(*dtypes)

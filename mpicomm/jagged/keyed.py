@@ -9,13 +9,14 @@ import numpy as np
 
 from ..core.buffers import check_array
 from ..errors import ArgumentError, ArgumentTypeError
+from .keyed_ops import KeyedOps
 
 __all__ = ["KeyedJaggedArray"]
 
 _NAME = "KeyedJaggedArray"
 
 
-class KeyedJaggedArray:
+class KeyedJaggedArray(KeyedOps):
     """Variable-length feature lists per key and batch slot, in torchrec's key-major layout.
 
     ``lengths`` holds one entry per key per batch slot: all slots of the first key, then all slots
@@ -33,14 +34,23 @@ class KeyedJaggedArray:
     the number of values, weights as long as values, lengths a multiple of the number of keys (or
     matching ``stride_per_key_per_rank``), and unique string keys.
 
+    The arguments come in torchrec's order (``keys, values, weights, lengths, offsets, stride,
+    stride_per_key_per_rank``); torchrec's cached per-key arguments are accepted by keyword and checked.
+    torchrec's methods are here too: :meth:`from_lengths_sync`, :meth:`split`, :meth:`permute`,
+    :meth:`concat`, ``kja["key"]``, :meth:`to_dict`, :meth:`empty`, :meth:`empty_like`, ...
+
     Args:
         keys: Unique key names.
         values: The concatenated rows (dim 0 counts values; trailing dimensions are allowed).
+        weights: Optional per-value weights, as long as ``values`` along dim 0.
         lengths: Row lengths, key-major; give this or ``offsets``.
         offsets: ``[0] + cumsum(lengths)``; give this or ``lengths``.
-        weights: Optional per-value weights, as long as ``values`` along dim 0.
         stride: Batch slots per key (non-VBE); needed only when there are no keys.
         stride_per_key_per_rank: VBE: a ``[num_keys][num_ranks]`` table of batch slots.
+        stride_per_key: torchrec's cache, keyword only; checked against the lengths.
+        length_per_key: torchrec's cache, keyword only; checked.
+        offset_per_key: torchrec's cache, keyword only; checked.
+        index_per_key: torchrec's cache, keyword only; checked.
 
     Raises:
         ArgumentTypeError: non-array inputs, non-integer lengths or offsets, non-string keys.
@@ -53,8 +63,8 @@ class KeyedJaggedArray:
         ...                        lengths=np.array([1, 0, 2, 0, 1, 1]))
         >>> kja.stride(), kja.length_per_key(), kja.offset_per_key()
         (3, [3, 2], [0, 3, 5])
-        >>> kja.to_dict()["A"][2].tolist()
-        [101, 102]
+        >>> kja["A"][2].tolist(), kja.to_dict()["B"].lengths().tolist()
+        ([101, 102], [0, 1, 1])
     """
 
     __hash__ = None  # type: ignore[assignment]
@@ -63,11 +73,16 @@ class KeyedJaggedArray:
         self,
         keys: Sequence[str],
         values: np.ndarray,
+        weights: np.ndarray | None = None,
         lengths: np.ndarray | None = None,
         offsets: np.ndarray | None = None,
-        weights: np.ndarray | None = None,
         stride: int | None = None,
         stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
+        *,
+        stride_per_key: Sequence[int] | None = None,
+        length_per_key: Sequence[int] | None = None,
+        offset_per_key: Sequence[int] | None = None,
+        index_per_key: Mapping[str, int] | None = None,
     ) -> None:
         self._keys = _check_keys(keys)
         self._values = _check_values(values)
@@ -81,6 +96,26 @@ class KeyedJaggedArray:
         self._spkpr = _check_vbe(stride_per_key_per_rank, len(self._keys), self._lengths.size)
         self._stride = self._check_stride(stride)
         self._per_key: tuple[list[int], list[int], list[int]] | None = None
+        given = {
+            "stride_per_key": stride_per_key,
+            "length_per_key": length_per_key,
+            "offset_per_key": offset_per_key,
+        }
+        if any(v is not None for v in given.values()) or index_per_key is not None:
+            self._check_caches(given, index_per_key)
+
+    def _check_caches(self, given: dict[str, Sequence[int] | None], index_per_key: object) -> None:
+        """Check torchrec's cached per-key lists, when given, against this array."""
+        have = dict(zip(given, self._per_key_stats(), strict=True))
+        for name, value in given.items():
+            if value is not None and [int(v) for v in value] != have[name]:
+                raise ArgumentError(
+                    f"{_NAME}: {name} is {list(value)}; expected {have[name]} (from the lengths)"
+                )
+        if index_per_key is not None and dict(index_per_key) != self.index_per_key():  # type: ignore[call-overload]
+            raise ArgumentError(
+                f"{_NAME}: index_per_key is {index_per_key!r}; expected {self.index_per_key()}"
+            )
 
     def _check_stride(self, stride: int | None) -> int:
         k, n = len(self._keys), self._lengths.size
@@ -105,27 +140,6 @@ class KeyedJaggedArray:
         return n // k
 
     @classmethod
-    def _trusted(
-        cls,
-        keys: list[str],
-        values: np.ndarray,
-        lengths: np.ndarray,
-        weights: np.ndarray | None,
-        stride: int,
-        stride_per_key_per_rank: list[list[int]] | None,
-    ) -> KeyedJaggedArray:
-        """Build without checks, for results the library computed itself (the all-to-all's output)."""
-        self = cls.__new__(cls)
-        self._keys, self._values, self._lengths, self._offsets = keys, values, lengths, None
-        self._weights, self._stride, self._spkpr, self._per_key = (
-            weights,
-            stride,
-            stride_per_key_per_rank,
-            None,
-        )
-        return self
-
-    @classmethod
     def from_offsets(
         cls,
         keys: Sequence[str],
@@ -147,6 +161,42 @@ class KeyedJaggedArray:
         """
         return cls(keys, values, offsets=offsets, weights=weights, stride=stride,
                    stride_per_key_per_rank=stride_per_key_per_rank)  # fmt: skip
+
+    @classmethod
+    def from_offsets_sync(
+        cls,
+        keys: Sequence[str],
+        values: np.ndarray,
+        offsets: np.ndarray,
+        weights: np.ndarray | None = None,
+        stride: int | None = None,
+        stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
+        inverse_indices: Any = None,
+    ) -> KeyedJaggedArray:
+        """Build from offsets: torchrec's name for :meth:`from_offsets` (``inverse_indices`` unused)."""
+        return cls.from_offsets(keys, values, offsets, weights, stride, stride_per_key_per_rank)
+
+    @classmethod
+    def from_lengths_sync(
+        cls,
+        keys: Sequence[str],
+        values: np.ndarray,
+        lengths: np.ndarray,
+        weights: np.ndarray | None = None,
+        stride: int | None = None,
+        stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
+        inverse_indices: Any = None,
+    ) -> KeyedJaggedArray:
+        """Build from lengths, torchrec's argument order (nothing to sync on numpy).
+
+        Example:
+            >>> import numpy as np
+            >>> from mpicomm import KeyedJaggedArray
+            >>> kja = KeyedJaggedArray.from_lengths_sync(["A", "B"], np.arange(3), np.array([1, 0, 2, 0]))
+            >>> kja.length_per_key()
+            [1, 2]
+        """
+        return cls(keys, values, weights, lengths, None, stride, stride_per_key_per_rank)
 
     @classmethod
     def from_dict(
@@ -208,14 +258,6 @@ class KeyedJaggedArray:
         """Row lengths, key-major (one entry per key per batch slot)."""
         return self._lengths
 
-    def offsets(self) -> np.ndarray:
-        """``[0] + cumsum(lengths)``, computed on first use."""
-        if self._offsets is None:
-            offsets = np.zeros(self._lengths.size + 1, dtype=self._lengths.dtype)
-            np.cumsum(self._lengths, out=offsets[1:])
-            self._offsets = offsets
-        return self._offsets
-
     def stride(self) -> int:
         """Batch slots: ``len(lengths) // len(keys)``, or under VBE the largest per-key total."""
         return self._stride
@@ -227,39 +269,6 @@ class KeyedJaggedArray:
     def stride_per_key_per_rank(self) -> list[list[int]] | None:
         """The VBE table ``[num_keys][num_ranks]``, or None when every key has ``stride()`` slots."""
         return None if self._spkpr is None else [list(r) for r in self._spkpr]
-
-    def stride_per_key(self) -> list[int]:
-        """Batch slots of each key."""
-        return self._per_key_stats()[0]
-
-    def length_per_key(self) -> list[int]:
-        """Values of each key (the sum of its lengths)."""
-        return self._per_key_stats()[1]
-
-    def offset_per_key(self) -> list[int]:
-        """``[0] + cumsum(length_per_key())``: where each key's values start."""
-        return self._per_key_stats()[2]
-
-    def _per_key_stats(self) -> tuple[list[int], list[int], list[int]]:
-        if self._per_key is None:
-            vbe = self._spkpr
-            spk = [sum(r) for r in vbe] if vbe is not None else [self._stride] * len(self._keys)
-            ends = np.zeros(len(spk) + 1, dtype=np.int64)
-            np.cumsum(spk, out=ends[1:])
-            opk = self.offsets()[ends].astype(np.int64).tolist()
-            lpk = np.diff(opk).tolist()
-            self._per_key = (spk, lpk, opk)
-        return self._per_key
-
-    def to_dict(self) -> dict[str, list[np.ndarray]]:
-        """``{key: [row, row, ...]}``: one view into ``values()`` per batch slot."""
-        offsets = self.offsets().tolist()
-        out: dict[str, list[np.ndarray]] = {}
-        slot = 0
-        for key, n in zip(self._keys, self.stride_per_key(), strict=True):
-            out[key] = [self._values[offsets[i] : offsets[i + 1]] for i in range(slot, slot + n)]
-            slot += n
-        return out
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, KeyedJaggedArray):
@@ -390,7 +399,8 @@ def _exact_total(lengths: np.ndarray, fn: str, arg: str) -> int:
 def _lengths_offsets(lengths: object, offsets: object) -> tuple[np.ndarray, np.ndarray | None]:
     if (lengths is None) == (offsets is None):
         raise ArgumentError(f"{_NAME}: got {'both' if lengths is not None else 'neither'} lengths and "
-                            "offsets; expected exactly one of them")  # fmt: skip
+                            "offsets; expected exactly one of them (the third positional argument is "
+                            "weights, as in torchrec: write lengths=...)")  # fmt: skip
     if lengths is not None:
         lens = _check_int_array(lengths, "lengths")
         if lens.size and lens.min() < 0:

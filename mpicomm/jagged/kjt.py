@@ -106,14 +106,22 @@ class KJTAllToAll:
     range(stagger)]``, for table-wise-row-wise sharding). At world size 1 nothing is sent and the
     input is returned.
 
+    Two call forms: torchrec's positional order ``KJTAllToAll(pg, splits, device=None, stagger=1)``
+    (``pg`` may be None for the world; ``device`` is accepted and not used), and mpicomm's
+    ``KJTAllToAll(splits, group=None, stagger=1)``. torchrec's ``awaitable.wait().wait()`` chain
+    works too: the first ``wait()`` already gives the KeyedJaggedArray, whose ``wait()`` returns itself.
+
     Args:
+        pg: The process group (torchrec's first argument), or the splits (mpicomm's form).
         splits: Keys per destination rank; the same on every rank.
-        group: The process group; ``None`` for the world.
+        device: Accepted for torchrec compatibility: None or a device name such as ``"cpu"``.
         stagger: Source-order stagger; must divide the group size.
+        group: The process group, by keyword (mpicomm's form).
 
     Raises:
-        ArgumentTypeError: splits or stagger are not integers.
-        ArgumentError: ``len(splits)`` is not the group size, a negative split, a bad stagger.
+        ArgumentTypeError: splits or stagger are not integers, or a ``device`` that is a number.
+        ArgumentError: ``len(splits)`` is not the group size, a negative split, a bad stagger, no
+            splits, or a group given twice.
         GroupError: this rank is not in ``group``.
 
     Example:
@@ -125,30 +133,42 @@ class KJTAllToAll:
         >>> out = KJTAllToAll([1] * w)(kja).wait()
         >>> out.keys() == [f"k{r}"], out.stride() == w, out.values().tolist() == [10 * s for s in range(w)]
         (True, True, True)
+        >>> pg = mpicomm.init()                        # torchrec's order, and its wait().wait()
+        >>> KJTAllToAll(pg, [1] * w, None)(kja).wait().wait() == out
+        True
     """
 
-    def __init__(self, splits: Sequence[int], group: ProcessGroup | None = None, stagger: int = 1) -> None:
+    def __init__(
+        self,
+        pg: ProcessGroup | Sequence[int] | None = None,
+        splits: Sequence[int] | None = None,
+        device: Any = None,
+        stagger: int = 1,
+        *,
+        group: ProcessGroup | None = None,
+    ) -> None:
         fn = "KJTAllToAll"
+        group, splits = _call_form(pg, splits, device, group, fn)
         g = resolve(group, fn)
         if g.comm is None:
             raise GroupError(f"{fn}: this rank is not a member of group {g.name}; expected a member rank")
         if isinstance(splits, (str, bytes)) or not isinstance(splits, (list, tuple, np.ndarray)):
-            raise ArgumentTypeError(f"{fn}: splits is {splits!r}; expected a list of {g.size} ints")
+            raise ArgumentTypeError(f"{fn}: splits is {splits!r}; expected a list of {g.size()} ints")
         self.splits = as_int_list(splits, fn, "splits")
-        if len(self.splits) != g.size:
+        if len(self.splits) != g.size():
             raise ArgumentError(
-                f"{fn}: splits has {len(self.splits)} entries; expected {g.size} (the group size)"
+                f"{fn}: splits has {len(self.splits)} entries; expected {g.size()} (the group size)"
             )
         if isinstance(stagger, bool) or not isinstance(stagger, (int, np.integer)):
             raise ArgumentTypeError(f"{fn}: stagger is {stagger!r}; expected a positive int")
-        if stagger < 1 or g.size % stagger:
+        if stagger < 1 or g.size() % stagger:
             raise ArgumentError(
-                f"{fn}: stagger is {stagger}; expected a positive divisor of {g.size} (the group size)"
+                f"{fn}: stagger is {stagger}; expected a positive divisor of {g.size()} (the group size)"
             )
         self.group, self.stagger = g, int(stagger)
-        self._plan = _Plan(self.splits, self.stagger, g.rank)
+        self._plan = _Plan(self.splits, self.stagger, g.rank())
         self._fp = _fingerprint(self.splits, self.stagger)
-        self._agreed = g.size == 1
+        self._agreed = g.size() == 1
         self._templates: dict[tuple[int, int, int], np.ndarray] = {}
         self._fingerprints: dict[tuple[Any, ...], int] = {}
         self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -182,7 +202,7 @@ class KJTAllToAll:
                 f"{fn}: the KeyedJaggedArray has {nkeys} keys; expected {self._plan.nkeys}, "
                 f"the sum of splits {self.splits}"
             )
-        if g.size == 1:
+        if g.size() == 1:
             return KJTAllToAllAwaitable(completed(), [kja])
         if not self._agreed:
             self._agree()
@@ -363,6 +383,37 @@ class KJTAllToAll:
 
         work = Work(requests, keep=(kja, header, arrays, recv), finish=finish)
         return KJTAllToAllAwaitable(work, out)
+
+
+def _call_form(
+    pg: ProcessGroup | Sequence[int] | None,
+    splits: Sequence[int] | None,
+    device: Any,
+    group: ProcessGroup | None,
+    fn: str,
+) -> tuple[ProcessGroup | None, Sequence[int]]:
+    """``(group, splits)`` from torchrec's ``(pg, splits, device)`` or mpicomm's ``(splits, group=)``."""
+    if isinstance(device, (int, np.integer)) and not isinstance(device, bool):
+        raise ArgumentTypeError(
+            f"{fn}: device is {device!r}; expected None or a device name (torchrec's order is pg, splits, "
+            f"device, stagger: write stagger={device} by keyword)"
+        )
+    if isinstance(splits, ProcessGroup) and not isinstance(pg, ProcessGroup):
+        pg, splits = splits, pg  # mpicomm's earlier positional form: KJTAllToAll(splits, group)
+    if isinstance(pg, ProcessGroup) or (pg is None and splits is not None):
+        if pg is not None and group is not None:
+            raise ArgumentError(f"{fn}: the group is given twice (pg and group=); expected one of them")
+        if splits is None:
+            raise ArgumentError(f"{fn}: no splits given; expected KJTAllToAll(pg, splits)")
+        return (group if pg is None else pg), splits
+    if splits is not None:
+        raise ArgumentTypeError(
+            f"{fn}: pg is {pg!r}; expected a mpicomm.ProcessGroup or None before splits (torchrec's order), "
+            "or KJTAllToAll(splits, group=...)"
+        )
+    if pg is None:
+        raise ArgumentError(f"{fn}: no splits given; expected KJTAllToAll(pg, splits) or KJTAllToAll(splits)")
+    return group, pg
 
 
 class _Plan:

@@ -129,8 +129,8 @@ def broadcast_object_list(
     problem = problem or _list_problem(object_list, fn, "object_list")
     root = root_rank(g, src, group_src, fn, "src")
     _validate(g, fn, {"src": root})
-    me, source = g.ranks[g.rank], g.ranks[root]
-    if g.rank == root:
+    me, source = g.ranks[g.rank()], g.ranks[root]
+    if g.rank() == root:
         kind, msg, streams, buffers = _pickle_list(object_list, fn, source, problem)
         header, stream = _message(kind, streams, buffers, msg)
         send_envelope(g.comm, header, stream, root)
@@ -183,26 +183,26 @@ def _buffer_rounds(
     ``Allgatherv`` for large buffers, and free of its ``int`` displacements). Returns each rank's
     buffers; this rank's own are copies.
     """
-    per_rank: list[list[np.ndarray]] = [[] for _ in range(g.size)]
+    per_rank: list[list[np.ndarray]] = [[] for _ in range(g.size())]
     if not any(nbufs):
         return per_rank
     mine = np.array([b.nbytes for b in buffers], I8)
     flat = allgatherv(g, mine.view(U8), [8 * k for k in nbufs]).view(I8).tolist()
     starts = displacements(nbufs)
-    for r in range(g.size):
+    for r in range(g.size()):
         check_counts(fn, [], flat[starts[r] : starts[r] + nbufs[r]], r)
-    receivers = range(g.size) if root is None else [root]
+    receivers = range(g.size()) if root is None else [root]
     comm, byte, requests = g.internal, _mpi.MPI.BYTE, []
-    if g.rank in receivers:
-        for r in range(g.size):
-            if r == g.rank:
+    if g.rank() in receivers:
+        for r in range(g.size()):
+            if r == g.rank():
                 per_rank[r] = _own_copy(buffers)
                 continue
             per_rank[r] = [np.empty(s, U8) for s in flat[starts[r] : starts[r] + nbufs[r]]]
             requests += [comm.Irecv([p, byte], r, BUF_TAG) for b in per_rank[r] for p in pieces(b)]
     sends = [as_bytes(b) for b in buffers]
     for r in receivers:
-        if r != g.rank:
+        if r != g.rank():
             requests += [comm.Isend([p, byte], r, BUF_TAG) for b in sends for p in pieces(b)]
     _mpi.MPI.Request.Waitall(requests)
     return per_rank
@@ -263,14 +263,14 @@ def all_gather_object(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    me = g.ranks[g.rank]
+    me = g.ranks[g.rank()]
     problem = problem or _list_problem(object_list, fn, "object_list")
-    if problem is None and len(object_list) < g.size:
+    if problem is None and len(object_list) < g.size():
         problem = (
             1,
             (
-                f"{fn}: object_list has {len(object_list)} entries on rank {me}; expected at least {g.size} "
-                f"(the group size), e.g. [None] * {g.size}"
+                f"{fn}: object_list has {len(object_list)} entries on rank {me}; expected at least "
+                f"{g.size()} (the group size), e.g. [None] * {g.size()}"
             ),
         )
     _validate(g, fn, {})
@@ -281,7 +281,7 @@ def all_gather_object(
     bufs = _buffer_rounds(g, buffers, nbufs, None, fn)
     kind, msg, got, fatal = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g)
     _agree(g, kind, msg, fatal)
-    object_list[: g.size] = got
+    object_list[: g.size()] = got
     return None
 
 
@@ -290,7 +290,7 @@ def _exchange_meta(g: ProcessGroup, kind: int, size: int, nbufs: int, msg: str, 
 
     Claims no real message makes (negative, or beyond memory) raise ObjectCollectiveError everywhere.
     """
-    meta = np.empty((g.size, 3), I8)
+    meta = np.empty((g.size(), 3), I8)
     g.comm.Allgather(np.array([kind, size, nbufs], I8), meta)
     if meta[:, 0].any():
         raise_reports(g, kind, msg)
@@ -310,7 +310,7 @@ def _unpickle_ranks(
     g: ProcessGroup,
 ) -> tuple[int, str, list[Any], BaseException | None]:
     got = []
-    me = g.ranks[g.rank]
+    me = g.ranks[g.rank()]
     for r, (start, size) in enumerate(zip(displacements(sizes), sizes, strict=True)):
         names = [f"{fn}: the object from rank {g.ranks[r]}"]
         kind, msg, one, fatal = _unpickle(
@@ -382,7 +382,7 @@ def gather_object(
     root = root_rank(g, dst, group_dst, fn, "dst")
     _validate(g, fn, {"dst": root})
     problem = problem or _gather_list_problem(object_gather_list, g, root, fn)
-    kind, msg, stream, buffers = _pickle_one(obj, fn, g.ranks[g.rank], problem)
+    kind, msg, stream, buffers = _pickle_one(obj, fn, g.ranks[g.rank()], problem)
     meta = _exchange_meta(g, kind, len(stream), len(buffers), msg, fn)
     sizes, nbufs = meta[:, 1].tolist(), meta[:, 2].tolist()
     streams = gatherv(g, as_bytes(stream), sizes, root)
@@ -391,25 +391,25 @@ def gather_object(
     if streams is not None:
         kind, msg, got, fatal = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g)
     _agree(g, kind, msg, fatal)
-    if object_gather_list is not None and g.rank == root:
-        object_gather_list[: g.size] = got
+    if object_gather_list is not None and g.rank() == root:
+        object_gather_list[: g.size()] = got
     return None
 
 
 def _gather_list_problem(out: list[Any] | None, g: ProcessGroup, root: int, fn: str) -> Problem:
-    me, dst = g.ranks[g.rank], g.ranks[root]
-    if g.rank != root:
+    me, dst = g.ranks[g.rank()], g.ranks[root]
+    if g.rank() != root:
         if out:
             return 1, (
                 f"{fn}: object_gather_list is given on rank {me}, which is not the destination "
                 f"{dst}; expected None there"
             )
         return None
-    if not out or len(out) < g.size:
+    if not out or len(out) < g.size():
         return 1, (
             f"{fn}: object_gather_list is {'missing' if not out else f'of length {len(out)}'} on the "
-            f"destination rank {dst}; expected a list of at least {g.size} (the group size), e.g. "
-            f"[None] * {g.size}"
+            f"destination rank {dst}; expected a list of at least {g.size()} (the group size), e.g. "
+            f"[None] * {g.size()}"
         )
     return None
 
@@ -473,7 +473,7 @@ def scatter_object_list(
     problem = problem or _list_problem(out, fn, "scatter_object_output_list")
     root = root_rank(g, src, group_src, fn, "src")
     _validate(g, fn, {"src": root})
-    me, source = g.ranks[g.rank], g.ranks[root]
+    me, source = g.ranks[g.rank()], g.ranks[root]
     if problem is None and not out:
         problem = (
             1,
@@ -486,7 +486,7 @@ def scatter_object_list(
     row = np.empty(4, I8)
     streams: list[bytes] | None = None
     buffers: list[list[memoryview]] = []
-    if g.rank == root:
+    if g.rank() == root:
         rows, source_msg, streams, buffers = _scatter_source(g, scatter_object_input_list, fn, source)
         g.comm.Scatter(rows, row, root)
     else:
@@ -501,7 +501,7 @@ def scatter_object_list(
     got: list[Any] = []
     fatal = None
     if kind == 0:
-        names = [f"{fn}: scatter_object_input_list[{g.rank}] from rank {source}"]
+        names = [f"{fn}: scatter_object_input_list[{g.rank()}] from rank {source}"]
         kind, msg, got, fatal = _unpickle(stream, [stream.size], mine, safe, dev, names, me)
     _agree(g, kind, msg, fatal)
     out[0] = got[0]
@@ -515,13 +515,13 @@ def _scatter_source(
 
     ``root`` is the source's world rank, for the messages.
     """
-    rows = np.zeros((g.size, 4), I8)
-    if not isinstance(inputs, list) or len(inputs) != g.size:
+    rows = np.zeros((g.size(), 4), I8)
+    if not isinstance(inputs, list) or len(inputs) != g.size():
         got = f"a list of {len(inputs)}" if isinstance(inputs, list) else f"a {type(inputs).__qualname__}"
         rows[:, 0] = 1
         msg = (
             f"{fn}: scatter_object_input_list is {got} on the source rank {root}; expected a list of "
-            f"{g.size} objects (one per group rank)"
+            f"{g.size()} objects (one per group rank)"
         )
         return rows, msg, [], []
     kind, msg, streams, buffers = _pickle(inputs, fn, "scatter_object_input_list", root)
@@ -537,7 +537,7 @@ def _scatter_source(
 def _scatter_buffers(g: ProcessGroup, buffers: list[list[memoryview]], count: int, root: int) -> list[Any]:
     """Out-of-band buffers from the source to each rank: their sizes, then each buffer, point to point."""
     comm = g.internal
-    if g.rank != root:
+    if g.rank() != root:
         if count == 0:
             return []
         sizes = np.empty(count, I8)

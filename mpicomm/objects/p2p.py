@@ -78,7 +78,7 @@ def send_object_list(
         return None
     problem = problem or _list_problem(object_list, fn, "object_list")
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
-    kind, msg, streams, buffers = _pickle_list(object_list, fn, g.ranks[g.rank], problem)
+    kind, msg, streams, buffers = _pickle_list(object_list, fn, g.ranks[g.rank()], problem)
     header, stream = _message(kind, streams, buffers, msg)
     comm, byte = g.internal, _mpi.MPI.BYTE
     if stream.size <= INLINE:
@@ -178,7 +178,7 @@ def recv_object_list(
         )
     names = [f"{fn}: object_list[{i}] from rank {g.ranks[sender]}" for i in range(n)]
     sizes = [int(s) for s in header[4 : 4 + n]]
-    kind, msg, got, fatal = _unpickle(stream, sizes, bufs, safe, dev, names, g.ranks[g.rank])
+    kind, msg, got, fatal = _unpickle(stream, sizes, bufs, safe, dev, names, g.ranks[g.rank()])
     if fatal is not None:
         raise fatal
     if kind:

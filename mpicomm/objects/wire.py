@@ -171,7 +171,7 @@ def allgatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int]) -> np.n
         byte = _mpi.MPI.BYTE
         g.comm.Allgatherv([send, byte], [out, (list(counts), displs), byte])
         return out
-    out[displs[g.rank] : displs[g.rank] + send.size] = send
+    out[displs[g.rank()] : displs[g.rank()] + send.size] = send
     for r, (start, count) in enumerate(zip(displs, counts, strict=True)):
         bcast_bytes(g.comm, out[start : start + count], r)
     return out
@@ -183,11 +183,11 @@ def gatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int], root: int)
     total = sum(counts)
     byte = _mpi.MPI.BYTE
     if total <= INT_MAX:
-        out = np.empty(total, U8) if g.rank == root else None
+        out = np.empty(total, U8) if g.rank() == root else None
         recv = [out, (list(counts), displs), byte] if out is not None else None
         g.comm.Gatherv([send, byte], recv, root)
         return out
-    if g.rank != root:
+    if g.rank() != root:
         send_bytes(g.internal, send, root)
         return None
     out = np.empty(total, U8)

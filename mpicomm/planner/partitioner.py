@@ -106,6 +106,8 @@ def _check_proposal(options: Sequence[object], topology: Topology) -> list[Shard
         if opt.name in seen:
             raise ArgumentError(f"{_FN}: proposal has two options named {opt.name!r}; expected unique names")
         seen.add(opt.name)
+        for shard in opt.shards:
+            shard.on_device(topology.compute_device)
         n = len(opt.shards)
         if opt.partition_by == "uniform" and n != topology.world_size:
             raise ArgumentError(

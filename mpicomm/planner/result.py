@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import overload
 
 from .types import Perf, ShardingOption, Storage, Topology
 
@@ -31,9 +33,19 @@ class DeviceLoad:
         return self.capacity - self.used
 
 
-@dataclasses.dataclass
-class Plan:
+@dataclasses.dataclass(eq=False)
+class Plan(Sequence[ShardingOption]):
     """A placement: every shard of every option has its ``rank`` set.
+
+    It is also the list of :class:`ShardingOption` that torchrec's ``partition()`` returns: it
+    iterates, has a ``len`` and indexes over :attr:`options`, and compares equal to that list.
+
+    Example:
+        >>> from mpicomm.planner import GreedyPerfPartitioner, Shard, ShardingOption, Topology
+        >>> plan = GreedyPerfPartitioner().partition(
+        ...     [ShardingOption("t0", "device", [Shard(storage=1, perf=1)])], Topology(world_size=2))
+        >>> len(plan), plan[0].name, [o.ranks for o in plan]
+        (1, 't0', [[0]])
 
     Attributes:
         topology: the ranks planned for.
@@ -44,6 +56,34 @@ class Plan:
     topology: Topology
     options: list[ShardingOption]
     devices: list[DeviceLoad]
+
+    @overload
+    def __getitem__(self, index: int) -> ShardingOption: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ShardingOption]: ...
+
+    def __getitem__(self, index: int | slice) -> ShardingOption | list[ShardingOption]:
+        return self.options[index]
+
+    def __len__(self) -> int:
+        return len(self.options)
+
+    def __iter__(self) -> Iterator[ShardingOption]:
+        return iter(self.options)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Plan):
+            return (self.topology, self.options, self.devices) == (
+                other.topology,
+                other.options,
+                other.devices,
+            )
+        if isinstance(other, list):
+            return self.options == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def num_shards(self) -> int:

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import math
 from collections.abc import Sequence
-from typing import Literal, TypeVar, Union
+from typing import Any, Literal, TypeVar, Union
 
 from ..errors import ArgumentError, ArgumentTypeError, MpicommError
 
@@ -145,8 +145,17 @@ class Perf:
 
     @property
     def total(self) -> float:
-        """The sum of the five parts, added left to right."""
-        return self.fwd_compute + self.fwd_comms + self.bwd_compute + self.bwd_comms + self.prefetch_compute
+        """The sum of the five parts, added in torchrec's order.
+
+        ``fwd_compute + bwd_compute + fwd_comms + bwd_comms + prefetch_compute``: float addition is
+        not associative, and near-ties between ranks break by the last bit, so any other order places
+        some shards elsewhere than torchrec does.
+
+        Example:
+            >>> Perf(0.3, 0.2, 0.1).total  # 0.3 + 0.1 + 0.2, not 0.3 + 0.2 + 0.1
+            0.6000000000000001
+        """
+        return self.fwd_compute + self.bwd_compute + self.fwd_comms + self.bwd_comms + self.prefetch_compute
 
     @classmethod
     def of(cls, value: PerfLike) -> Perf:
@@ -172,8 +181,10 @@ class Shard:
     """One piece of a sharding option; the partitioner fills in ``rank``.
 
     Args:
-        storage: what the shard occupies on its rank (a :class:`Storage`).
-        perf: its estimated cost (a :class:`Perf` or a plain number).
+        storage: what the shard occupies on its rank: a :class:`Storage`, or a plain number of
+            bytes, which counts against the topology's compute device (HBM on ``"cuda"``, DDR on
+            ``"cpu"``): the partitioner sets ``storage`` accordingly (``Storage(hbm=n)`` until then).
+        perf: its estimated cost: a :class:`Perf`, or a plain number, the total.
         size: the shard's shape in the sharded object (informational), e.g. ``[rows, cols]``.
         offset: where the shard starts in the sharded object (informational).
         rank: the rank it is placed on; None until planned.
@@ -181,21 +192,29 @@ class Shard:
     Example:
         >>> Shard(Storage(10, 0), 2.5).perf.total
         2.5
+        >>> Shard(storage=1, perf=1).storage
+        Storage(hbm=1, ddr=0)
     """
 
-    __slots__ = ("offset", "perf", "rank", "size", "storage")
+    __slots__ = ("_amount", "offset", "perf", "rank", "size", "storage")
 
     def __init__(
         self,
-        storage: Storage,
+        storage: Storage | int,
         perf: PerfLike = 0.0,
         size: Sequence[int] | None = None,
         offset: Sequence[int] | None = None,
         rank: int | None = None,
     ) -> None:
-        if not isinstance(storage, Storage):
+        if isinstance(storage, Storage):
+            self._amount: int | None = None
+        elif isinstance(storage, int) and not isinstance(storage, bool):
+            self._amount = _count("Shard", "storage", storage)
+            storage = Storage(self._amount, 0)
+        else:
             raise ArgumentTypeError(
-                f"Shard: storage is {type(storage).__name__}; expected a Storage(hbm, ddr)"
+                f"Shard: storage is {type(storage).__name__}; expected a Storage(hbm, ddr) or an int "
+                "of bytes on the compute device"
             )
         self.storage = storage
         self.perf = Perf.of(perf)
@@ -204,6 +223,12 @@ class Shard:
         if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
             raise ArgumentError(f"Shard: rank is {rank!r}; expected None or a rank >= 0")
         self.rank = rank
+
+    def on_device(self, compute_device: str) -> None:
+        """Count a plain-number storage against ``compute_device``: HBM for ``"cuda"``, DDR for ``"cpu"``."""
+        if self._amount is not None:
+            hbm = compute_device == "cuda"
+            self.storage = Storage(self._amount if hbm else 0, 0 if hbm else self._amount)
 
     def __repr__(self) -> str:
         return (
@@ -233,6 +258,10 @@ class ShardingOption:
         within_host: for ``"host"`` options, how shards are placed on the host's ranks: ``"device"``
             (least loaded first, like torchrec's table-column-wise) or ``"uniform"`` (shard i on the
             host's i-th rank, like table-row-wise; needs ``local_world_size`` shards).
+        tensor, module, input_lengths, batch_size, sharding_type, compute_kernel, ...: torchrec's
+            other ShardingOption arguments, keyword only: kept on the option (not compared, not
+            shown) so that torchrec code that builds options by keyword runs unchanged; the
+            partitioner does not use them.
 
     Example:
         >>> opt = ShardingOption("t0", "device", [Shard(Storage(4, 0), 1.0)] * 2)
@@ -245,6 +274,22 @@ class ShardingOption:
     shards: list[Shard]
     dependency: str | None = None
     within_host: str = "device"
+    # torchrec's other ShardingOption arguments, accepted by keyword so that torchrec code builds
+    # options unchanged; the partitioner does not read them.
+    tensor: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    module: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    input_lengths: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    batch_size: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    sharding_type: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    compute_kernel: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    cache_params: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    enforce_hbm: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    stochastic_rounding: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    bounds_check_mode: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    is_pooled: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    feature_names: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    output_dtype: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
+    key_value_params: Any = dataclasses.field(default=None, kw_only=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

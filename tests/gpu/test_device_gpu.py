@@ -48,8 +48,8 @@ def test_bind_device_makes_the_local_rank_device_current() -> None:
     assert cupy.cuda.Device().id == index
     x = cupy.arange(4)
     assert x.device.id == index
-    picks = [index] if world.size == 1 else world.comm.allgather(index)
-    assert picks == [r % count for r in range(world.size)]  # one node: local rank == world rank
+    picks = [index] if world.size() == 1 else world.comm.allgather(index)
+    assert picks == [r % count for r in range(world.size())]  # one node: local rank == world rank
 
 
 def test_bind_device_counts_only_the_visible_devices() -> None:

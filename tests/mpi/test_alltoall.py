@@ -42,7 +42,7 @@ def expected_output(inputs: list[np.ndarray], sizes: np.ndarray, r: int) -> np.n
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("dtype", [np.float64, np.int8, np.bool_, np.float16, np.complex64])
 def test_all_to_all_lists_with_uneven_sizes_swap_pieces(world, rng, dtype):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sizes = rng.integers(0, 4, (w, w))  # sizes[i][j]: elements rank i sends to rank j
     pieces = [
         [(rng.integers(0, 2 if dtype is np.bool_ else 50, int(sizes[i][j]))).astype(dtype) for j in range(w)]
@@ -59,7 +59,7 @@ def test_all_to_all_lists_with_uneven_sizes_swap_pieces(world, rng, dtype):
 
 @pytest.mark.mpi(min_size=1)
 def test_all_to_all_lists_of_multi_dim_and_non_contiguous_arrays(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     mats = rng.standard_normal((w, w, 3, 4))  # mats[i][j]: what rank i sends to rank j
     ins = [m[:, ::2] for m in mats[r]]  # non-contiguous (3, 2) views
     outs = [np.empty((2, 3)) for _ in range(w)]  # same size, another shape
@@ -70,12 +70,12 @@ def test_all_to_all_lists_of_multi_dim_and_non_contiguous_arrays(world, rng):
 
 @pytest.mark.mpi(min_size=2)
 def test_all_to_all_docstring_example_at_two_ranks(world):
-    if world.size != 2:
+    if world.size() != 2:
         pytest.skip("the docstring table is for exactly 2 ranks")
-    ins = [[np.array([0]), np.array([1, 1])], [np.array([10]), np.array([11, 11])]][world.rank]
-    outs = [[np.empty(1, int), np.empty(1, int)], [np.empty(2, int), np.empty(2, int)]][world.rank]
+    ins = [[np.array([0]), np.array([1, 1])], [np.array([10]), np.array([11, 11])]][world.rank()]
+    outs = [[np.empty(1, int), np.empty(1, int)], [np.empty(2, int), np.empty(2, int)]][world.rank()]
     mpicomm.all_to_all(outs, ins)
-    assert [o.tolist() for o in outs] == [[[0], [10]], [[1, 1], [11, 11]]][world.rank]
+    assert [o.tolist() for o in outs] == [[[0], [10]], [[1, 1], [11, 11]]][world.rank()]
 
 
 # ----------------------------------------------------------------------------------- all_to_all_single
@@ -85,7 +85,7 @@ def test_all_to_all_docstring_example_at_two_ranks(world):
 @pytest.mark.parametrize("row", [(), (3,), (2, 2)], ids=["1d", "rows3", "rows2x2"])
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.float16, np.complex128])
 def test_all_to_all_single_equal_splits_transpose_blocks(world, rng, row, dtype):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sizes = np.full((w, w), 2)
     inputs = global_inputs(rng, sizes, row, dtype)
     out = np.empty((2 * w, *row), dtype=dtype)
@@ -96,7 +96,7 @@ def test_all_to_all_single_equal_splits_transpose_blocks(world, rng, row, dtype)
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("empty", [None, []], ids=["None", "empty-list"])
 def test_all_to_all_single_none_or_empty_splits_mean_equal_pieces(world, rng, empty):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sizes = np.full((w, w), 3)
     inputs = global_inputs(rng, sizes, ())
     out = np.empty(3 * w)
@@ -107,7 +107,7 @@ def test_all_to_all_single_none_or_empty_splits_mean_equal_pieces(world, rng, em
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("row", [(), (2, 3)], ids=["1d", "rows2x3"])
 def test_all_to_all_single_uneven_splits_route_rows(world, rng, row):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sizes = rng.integers(0, 4, (w, w))
     inputs = global_inputs(rng, sizes, row)
     out = np.full((int(sizes[:, r].sum()), *row), np.nan)
@@ -117,7 +117,7 @@ def test_all_to_all_single_uneven_splits_route_rows(world, rng, row):
 
 @pytest.mark.mpi(min_size=1)
 def test_all_to_all_single_zero_splits_send_nothing(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     # every rank sends only to itself and to rank 0; every other pair exchanges nothing
     sizes = np.zeros((w, w), dtype=int)
     sizes[:, 0] = 2
@@ -132,7 +132,7 @@ def test_all_to_all_single_zero_splits_send_nothing(world, rng):
 
 @pytest.mark.mpi(min_size=1)
 def test_all_to_all_single_all_zero_splits_move_nothing(world):
-    w = world.size
+    w = world.size()
     out = np.empty((0, 4))
     mpicomm.all_to_all_single(out, np.empty((0, 4)), [0] * w, [0] * w)
     assert out.shape == (0, 4)
@@ -140,7 +140,7 @@ def test_all_to_all_single_all_zero_splits_move_nothing(world):
 
 @pytest.mark.mpi(min_size=1)
 def test_all_to_all_single_with_only_input_splits_receives_equal_pieces(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     # every rank sends 2 rows to each rank, described explicitly on the input side only
     sizes = np.full((w, w), 2)
     inputs = global_inputs(rng, sizes, (3,))
@@ -151,7 +151,7 @@ def test_all_to_all_single_with_only_input_splits_receives_equal_pieces(world, r
 
 @pytest.mark.mpi(min_size=1)
 def test_all_to_all_single_accepts_numpy_split_arrays_and_non_contiguous_input(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sizes = rng.integers(0, 3, (w, w))
     inputs = global_inputs(rng, sizes, (2,))
     wide = np.zeros((inputs[r].shape[0], 5))
@@ -163,9 +163,9 @@ def test_all_to_all_single_accepts_numpy_split_arrays_and_non_contiguous_input(w
 
 @pytest.mark.mpi(min_size=4)
 def test_all_to_all_single_torch_docstring_example_at_four_ranks(world):
-    if world.size != 4:
+    if world.size() != 4:
         pytest.skip("the §1.8 docstring example is for exactly 4 ranks")
-    r = world.rank
+    r = world.rank()
     inputs = [np.arange(0, 6), np.arange(10, 19), np.arange(20, 25), np.arange(30, 37)]
     in_splits = [[2, 2, 1, 1], [3, 2, 2, 2], [2, 1, 1, 1], [2, 2, 2, 1]]
     out_splits = [[2, 3, 2, 2], [2, 2, 1, 2], [1, 2, 1, 2], [1, 2, 1, 1]]

@@ -28,7 +28,7 @@ WRAPPING = {
 def test_keyed_jagged_array_refuses_lengths_whose_sum_wraps(name: str) -> None:
     lengths = WRAPPING[name]
     with pytest.raises(ArgumentError, match=r"KeyedJaggedArray: lengths describe .* past int64"):
-        KeyedJaggedArray([f"k{i}" for i in range(lengths.size)], np.zeros(2), lengths)
+        KeyedJaggedArray([f"k{i}" for i in range(lengths.size)], np.zeros(2), lengths=lengths)
 
 
 def test_keyed_jagged_array_refuses_uint64_offsets_that_decrease() -> None:
@@ -37,22 +37,22 @@ def test_keyed_jagged_array_refuses_uint64_offsets_that_decrease() -> None:
 
 
 def test_uint64_lengths_that_fit_give_exact_per_key_lengths() -> None:
-    kja = KeyedJaggedArray(["a", "b"], np.arange(5.0), np.array([2, 3], np.uint64))
+    kja = KeyedJaggedArray(["a", "b"], np.arange(5.0), lengths=np.array([2, 3], np.uint64))
     assert kja.length_per_key() == [2, 3]
 
 
 @pytest.mark.parametrize("name", sorted(WRAPPING))
 def test_jagged_all_to_all_refuses_lengths_whose_sum_wraps(world: mpicomm.ProcessGroup, name: str) -> None:
-    lengths = np.resize(WRAPPING[name], world.size * WRAPPING[name].size)
+    lengths = np.resize(WRAPPING[name], world.size() * WRAPPING[name].size)
     with pytest.raises(ArgumentError, match=r"jagged_all_to_all: lengths describe .* past int64"):
-        jagged_all_to_all(np.zeros(2), lengths, [WRAPPING[name].size] * world.size)
+        jagged_all_to_all(np.zeros(2), lengths, [WRAPPING[name].size] * world.size())
 
 
 def test_kjt_all_to_all_never_sees_wrapped_lengths(world: mpicomm.ProcessGroup) -> None:
     # the KeyedJaggedArray refuses them at construction, before any exchange can start
     with pytest.raises(ArgumentError, match="past int64"):
-        KJTAllToAll([2] + [0] * (world.size - 1))(
-            KeyedJaggedArray(["a", "b"], np.zeros(2), np.array([2**64 - 1, 3], np.uint64))
+        KJTAllToAll([2] + [0] * (world.size() - 1))(
+            KeyedJaggedArray(["a", "b"], np.zeros(2), lengths=np.array([2**64 - 1, 3], np.uint64))
         )
 
 
@@ -72,7 +72,7 @@ def _size_mistakes(w: int) -> dict[str, Callable[[], Any]]:
 
 @pytest.mark.parametrize("fn", ["all_to_all_single", "all_gather_into_tensor", "reduce_scatter_tensor"])
 def test_sizes_are_checked_before_a_strided_input_is_copied(world: mpicomm.ProcessGroup, fn: str) -> None:
-    call = _size_mistakes(world.size)[fn]
+    call = _size_mistakes(world.size())[fn]
     tracemalloc.start()
     try:
         with pytest.raises(ArgumentError, match=fn):

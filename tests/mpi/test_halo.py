@@ -26,7 +26,7 @@ def test_jacobi_blocks_match_the_single_process_solution(world, ny, nx, steps):
 
 @pytest.mark.mpi(min_size=1)
 def test_blocks_and_neighbours_form_a_cartesian_grid(world):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     py, px = halo.process_grid(w)
     assert py * px == w and py >= px
     b = halo.Block(16, 16, r, w)
@@ -39,7 +39,7 @@ def test_blocks_and_neighbours_form_a_cartesian_grid(world):
 
 @pytest.mark.mpi(min_size=1)
 def test_ghost_exchange_fills_ghosts_from_neighbours_edges(world):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     b = halo.Block(8, 12, r, w)
     rows, cols = b.rows.stop - b.rows.start, b.cols.stop - b.cols.start
     u = np.full((rows + 2, cols + 2), -1.0)

@@ -81,35 +81,35 @@ def raises_everywhere(call: Callable[[], Any], cls: type[BaseException] = Mpicom
 
 
 def _last(world: mpicomm.ProcessGroup) -> bool:
-    return world.rank == world.size - 1
+    return world.rank() == world.size() - 1
 
 
 def _error_paths(world: mpicomm.ProcessGroup) -> None:
     """Every error path that sends a control message, in safe mode."""
     lock = threading.Lock()
-    w = world.size
+    w = world.size()
     # an object that cannot be pickled, on one rank (gathers' error exchange, status agreement)
     raises_everywhere(lambda: mpicomm.all_gather_object([None] * w, lock if _last(world) else 1))
-    out = [None] * w if world.rank == 0 else None
+    out = [None] * w if world.rank() == 0 else None
     raises_everywhere(lambda: mpicomm.gather_object(lock if _last(world) else 1, out, dst=0))
     # on the source of a broadcast and of a scatter (the scatter's error broadcast)
-    objs = [lock] if world.rank == 0 else [None]
+    objs = [lock] if world.rank() == 0 else [None]
     raises_everywhere(lambda: mpicomm.broadcast_object_list(objs, src=0))
-    ins = [lock] * w if world.rank == 0 else None
+    ins = [lock] * w if world.rank() == 0 else None
     raises_everywhere(lambda: mpicomm.scatter_object_list([None], ins, src=0))
     # an unpickle failure: safe mode refuses a class
     raises_everywhere(lambda: mpicomm.all_gather_object([None] * w, Payload("/nonexistent/x")))
     # validation mismatches, in the object calls, the dense calls and KJTAllToAll
     mpicomm.set_validation(True)
     one: list[Any] = [1]
-    raises_everywhere(lambda: mpicomm.broadcast_object_list(one, src=world.rank), CrossRankMismatchError)
-    x = np.ones(2, np.float64 if world.rank == 0 else np.float32)
+    raises_everywhere(lambda: mpicomm.broadcast_object_list(one, src=world.rank()), CrossRankMismatchError)
+    x = np.ones(2, np.float64 if world.rank() == 0 else np.float32)
     raises_everywhere(lambda: mpicomm.all_reduce(x), CrossRankMismatchError)
-    keys = ["a", "b", "c"] if world.rank == 0 else ["a", "b", "d"]
-    kja = KeyedJaggedArray(keys, np.arange(3, dtype=np.int64), np.ones(3, np.int64))
+    keys = ["a", "b", "c"] if world.rank() == 0 else ["a", "b", "d"]
+    kja = KeyedJaggedArray(keys, np.arange(3, dtype=np.int64), lengths=np.ones(3, np.int64))
     raises_everywhere(lambda: KJTAllToAll([3] + [0] * (w - 1))(kja).wait(), CrossRankMismatchError)
     # a mistake on one rank only, sent in the validation exchange
-    splits = [2] * w if world.rank == 0 else [1] * w
+    splits = [2] * w if world.rank() == 0 else [1] * w
     raises_everywhere(lambda: mpicomm.all_to_all_single(np.empty(w), np.ones(w), splits, [1] * w))
     mpicomm.set_validation(False)
 
@@ -126,12 +126,12 @@ def test_error_paths_in_safe_mode_never_unpickle_with_plain_pickle(
 @pytest.fixture
 def marker(world: mpicomm.ProcessGroup) -> Iterator[str]:
     """A path no rank has created yet, the same on every rank."""
-    name = tempfile.mkdtemp(prefix="mpicomm-hostile-") if world.rank == 0 else None
+    name = tempfile.mkdtemp(prefix="mpicomm-hostile-") if world.rank() == 0 else None
     name = MPI.COMM_WORLD.bcast(name, 0)
     path = os.path.join(name, "payload-ran")
     yield path
     MPI.COMM_WORLD.Barrier()
-    if world.rank == 0:
+    if world.rank() == 0:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
         os.rmdir(name)
@@ -159,13 +159,13 @@ def _hostile_bcast_error(g: mpicomm.ProcessGroup, payload: bytes) -> None:
 
 def _hostile_gather(g: mpicomm.ProcessGroup, payload: bytes) -> None:
     """all_gather_object's meta exchange: a failure whose report is the payload."""
-    g.comm.Allgather(np.array([2, 0, 0], I8), np.empty((g.size, 3), I8))
+    g.comm.Allgather(np.array([2, 0, 0], I8), np.empty((g.size(), 3), I8))
     allgather_texts(g.comm, 2, payload)
 
 
 def _hostile_scatter(g: mpicomm.ProcessGroup, payload: bytes) -> None:
     """scatter_object_list's rows, then the error broadcast, carrying the payload."""
-    rows = np.zeros((g.size, 4), I8)
+    rows = np.zeros((g.size(), 4), I8)
     rows[:, 0] = 2
     g.comm.Scatter(rows, np.empty(4, I8), 0)
     bcast_text(g.comm, payload, 0)
@@ -177,7 +177,7 @@ def _hostile_validation(g: mpicomm.ProcessGroup, payload: bytes) -> None:
 
 
 def _honest_calls(g: mpicomm.ProcessGroup) -> dict[str, Callable[[], Any]]:
-    w = g.size
+    w = g.size()
     return {
         "bcast data": lambda: mpicomm.broadcast_object_list([None], src=0, safe=True),
         "bcast error": lambda: mpicomm.broadcast_object_list([None], src=0, safe=True),
@@ -204,7 +204,7 @@ def test_a_hostile_rank_speaking_the_wire_format_is_refused_everywhere(
     payload = pickle.dumps(Payload(marker), protocol=5)
     mpicomm.set_validation(path == "validation")
     try:
-        if world.rank == 0:
+        if world.rank() == 0:
             HOSTILE[path](world, payload)
         else:
             with tripwire() as fired:
@@ -218,7 +218,7 @@ def test_a_hostile_rank_speaking_the_wire_format_is_refused_everywhere(
 
 @pytest.mark.mpi(min_size=2)
 def test_a_forged_huge_size_claim_gives_the_same_clear_error_everywhere(world: mpicomm.ProcessGroup) -> None:
-    if world.rank == 0:
+    if world.rank() == 0:
         world.comm.Bcast([_envelope([0, 1, 2**50, 0, 2**50], b""), MPI.BYTE], 0)
         messages = [""]
     else:

@@ -46,11 +46,13 @@ def placement(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def kja(keys: list[str], lengths: list[int], values: list[int], **kw: object) -> KeyedJaggedArray:
-    return KeyedJaggedArray(keys, np.array(values, dtype=np.int64), np.array(lengths, dtype=np.int64), **kw)  # type: ignore[arg-type]
+    return KeyedJaggedArray(
+        keys, np.array(values, dtype=np.int64), lengths=np.array(lengths, dtype=np.int64), **kw
+    )  # type: ignore[arg-type]
 
 
 def only_at(world: mpicomm.ProcessGroup, size: int) -> None:
-    if world.size != size:
+    if world.size() != size:
         pytest.skip(f"needs exactly {size} ranks")
 
 
@@ -66,8 +68,8 @@ SEED_INPUT = [
 @pytest.mark.mpi(min_size=2)
 def test_seed_example_2_6_orders_by_key_then_source(world: mpicomm.ProcessGroup) -> None:
     only_at(world, 2)
-    out = KJTAllToAll([2, 1])(SEED_INPUT[world.rank]).wait()
-    if world.rank == 0:
+    out = KJTAllToAll([2, 1])(SEED_INPUT[world.rank()]).wait()
+    if world.rank() == 0:
         assert out == kja(
             ["A", "B"],
             [1, 0, 2, 1, 1, 0, 0, 1, 1, 0, 1, 2],
@@ -85,8 +87,8 @@ def test_seed_example_2_6_orders_by_key_then_source(world: mpicomm.ProcessGroup)
 def test_variable_batch_per_rank_2_7_sums_the_strides(world: mpicomm.ProcessGroup) -> None:
     only_at(world, 2)
     rank1 = kja(["A", "B", "C"], [1, 1, 0, 2, 1, 0], [103, 104, 202, 203, 302])
-    out = KJTAllToAll([2, 1])([SEED_INPUT[0], rank1][world.rank]).wait()
-    if world.rank == 0:
+    out = KJTAllToAll([2, 1])([SEED_INPUT[0], rank1][world.rank()]).wait()
+    if world.rank() == 0:
         assert out == kja(
             ["A", "B"], [1, 0, 2, 1, 1, 0, 1, 1, 0, 2], [100, 101, 102, 103, 104, 200, 201, 202, 203]
         )
@@ -107,8 +109,8 @@ def test_vbe_2_8_carries_stride_per_key_per_rank(world: mpicomm.ProcessGroup) ->
             stride_per_key_per_rank=[[1], [2], [2]],
         ),
     ]
-    out = KJTAllToAll([2, 1])(inputs[world.rank]).wait()
-    if world.rank == 0:
+    out = KJTAllToAll([2, 1])(inputs[world.rank()]).wait()
+    if world.rank() == 0:
         want = kja(["A", "B"], [1, 2, 3, 1, 0, 2], [100, 101, 102, 103, 104, 105, 200, 201, 202],
                    stride_per_key_per_rank=[[2, 1], [1, 2]])  # fmt: skip
     else:
@@ -119,8 +121,8 @@ def test_vbe_2_8_carries_stride_per_key_per_rank(world: mpicomm.ProcessGroup) ->
 @pytest.mark.mpi(min_size=2)
 def test_rank_with_zero_keys_2_9_still_gets_the_stride(world: mpicomm.ProcessGroup) -> None:
     only_at(world, 2)
-    out = KJTAllToAll([0, 3])(SEED_INPUT[world.rank]).wait()
-    if world.rank == 0:
+    out = KJTAllToAll([0, 3])(SEED_INPUT[world.rank()]).wait()
+    if world.rank() == 0:
         assert out.keys() == [] and out.lengths().size == 0 and out.values().size == 0
     else:
         assert out.keys() == ["A", "B", "C"]
@@ -129,10 +131,10 @@ def test_rank_with_zero_keys_2_9_still_gets_the_stride(world: mpicomm.ProcessGro
 
 
 def test_all_strides_zero_move_nothing(world: mpicomm.ProcessGroup) -> None:
-    keys = [f"k{i}" for i in range(world.size)]
-    empty = KeyedJaggedArray(keys, np.empty(0, np.float32), np.empty(0, np.int32))
-    out = KJTAllToAll([1] * world.size)(empty).wait()
-    assert out.keys() == [keys[world.rank]] and out.stride() == 0
+    keys = [f"k{i}" for i in range(world.size())]
+    empty = KeyedJaggedArray(keys, np.empty(0, np.float32), lengths=np.empty(0, np.int32))
+    out = KJTAllToAll([1] * world.size())(empty).wait()
+    assert out.keys() == [keys[world.rank()]] and out.stride() == 0
     assert out.values().dtype == np.float32 and out.lengths().dtype == np.int32
 
 
@@ -146,7 +148,7 @@ def test_world_size_one_returns_the_input(world: mpicomm.ProcessGroup) -> None:
 @pytest.mark.mpi(min_size=4)
 def test_stagger_two_at_four_ranks_orders_sources_0_2_1_3(world: mpicomm.ProcessGroup) -> None:
     only_at(world, 4)
-    r = world.rank
+    r = world.rank()
     mine = kja(["A", "B", "C", "D"], [1, 1, 1, 1], [10 * r, 10 * r + 1, 10 * r + 2, 10 * r + 3])
     out = KJTAllToAll([1, 1, 1, 1], stagger=2)(mine).wait()
     assert out.values().tolist() == [10 * s + r for s in (0, 2, 1, 3)]
@@ -160,10 +162,10 @@ def test_stagger_two_at_four_ranks_orders_sources_0_2_1_3(world: mpicomm.Process
 @given(data=st.data())
 def test_kjt_all_to_all_matches_numpy_reference(data: st.DataObject) -> None:
     world = mpicomm.init()
-    inputs, splits, stagger = data.draw(global_inputs(world.size))
-    handle = KJTAllToAll(splits, stagger=stagger)(inputs[world.rank].to_kja())
+    inputs, splits, stagger = data.draw(global_inputs(world.size()))
+    handle = KJTAllToAll(splits, stagger=stagger)(inputs[world.rank()].to_kja())
     assert isinstance(handle, KJTAllToAllAwaitable)
-    check_output(handle.wait(), reference_all_to_all(inputs, splits, stagger)[world.rank])
+    check_output(handle.wait(), reference_all_to_all(inputs, splits, stagger)[world.rank()])
     assert handle.is_completed()
 
 
@@ -171,16 +173,16 @@ def test_kjt_all_to_all_matches_numpy_reference(data: st.DataObject) -> None:
 @given(data=st.data())
 def test_trailing_dimensions_travel_with_the_values(data: st.DataObject) -> None:
     world = mpicomm.init()
-    inputs, splits, stagger = data.draw(global_inputs(world.size))
+    inputs, splits, stagger = data.draw(global_inputs(world.size()))
     for i in inputs:
         i.rows = {k: [np.stack([x, x + 1], axis=1) for x in rows] for k, rows in i.rows.items()}
-    flat = inputs[world.rank].to_kja()
+    flat = inputs[world.rank()].to_kja()
     values = flat.values() if flat.values().ndim == 2 else flat.values().reshape(0, 2)  # a rank with no rows
-    mine = KeyedJaggedArray(flat.keys(), values, flat.lengths(), weights=flat.weights(),
+    mine = KeyedJaggedArray(flat.keys(), values, lengths=flat.lengths(), weights=flat.weights(),
                             stride=None if flat.keys() else flat.stride(),
                             stride_per_key_per_rank=flat.stride_per_key_per_rank())  # fmt: skip
     got = KJTAllToAll(splits, stagger=stagger)(mine).wait()
-    want = reference_all_to_all(inputs, splits, stagger)[world.rank]
+    want = reference_all_to_all(inputs, splits, stagger)[world.rank()]
     assert got.values().shape[1:] == (2,) or got.values().size == 0
     np.testing.assert_array_equal(got.values().reshape(-1, 2), want["values"].reshape(-1, 2))
     assert got.lengths().tolist() == want["lengths"]
@@ -192,8 +194,8 @@ def migrate(
     """All ranks' particles (rows of 3-D positions, a row per cell) and where each cell goes."""
     rng = np.random.default_rng(seed)
     lengths, splits, values = [], [], []
-    for _ in range(world.size):
-        cells = rng.integers(0, 4, world.size)  # cells destined for each rank
+    for _ in range(world.size()):
+        cells = rng.integers(0, 4, world.size())  # cells destined for each rank
         lens = rng.integers(0, 3, int(cells.sum()))
         lengths.append(lens)
         splits.append(cells.tolist())
@@ -207,20 +209,20 @@ def test_jagged_all_to_all_moves_rows_like_the_reference(
     world: mpicomm.ProcessGroup, seed: int, async_op: bool
 ) -> None:
     lengths, splits, values = migrate(world, seed)
-    r = world.rank
+    r = world.rank()
     got = jagged_all_to_all(values[r], lengths[r], splits[r], async_op=async_op)
     if async_op:
         assert isinstance(got, Work)
         got = JaggedResult(*got.result())
     assert isinstance(got, JaggedResult)
     want_l, want_v = [], []
-    for s in range(world.size):
+    for s in range(world.size()):
         row0 = sum(splits[s][:r])
         lo = int(lengths[s][:row0].sum())
         n = int(lengths[s][row0 : row0 + splits[s][r]].sum())
         want_l.append(lengths[s][row0 : row0 + splits[s][r]])
         want_v.append(values[s][lo : lo + n])
-    assert got.splits == [splits[s][r] for s in range(world.size)]
+    assert got.splits == [splits[s][r] for s in range(world.size())]
     np.testing.assert_array_equal(got.lengths, np.concatenate(want_l))
     np.testing.assert_array_equal(got.values, np.concatenate(want_v))
     assert got.values.shape[1:] == (3,)
@@ -247,9 +249,10 @@ def raises_on_every_rank(error: type[Exception], words: str) -> pytest.RaisesCon
 def test_splits_of_the_wrong_length_name_the_group_size(world: mpicomm.ProcessGroup) -> None:
     with pytest.raises(
         ArgumentError,
-        match=rf"KJTAllToAll: splits has {world.size + 1} entries; expected {world.size} \(the group size\)",
+        match=rf"KJTAllToAll: splits has {world.size() + 1} entries; "
+        rf"expected {world.size()} \(the group size\)",
     ):
-        KJTAllToAll([1] * (world.size + 1))
+        KJTAllToAll([1] * (world.size() + 1))
     with pytest.raises(ArgumentError, match="jagged_all_to_all: send_splits has 1 entries; expected"):
         jagged_all_to_all(np.arange(3), np.array([3]), [1])
 
@@ -257,21 +260,21 @@ def test_splits_of_the_wrong_length_name_the_group_size(world: mpicomm.ProcessGr
 @pytest.mark.mpi(min_size=2)
 def test_negative_and_non_integer_splits_are_refused(world: mpicomm.ProcessGroup) -> None:
     with pytest.raises(ArgumentError, match="splits has a negative entry -1"):
-        KJTAllToAll([-1] + [1] * (world.size - 1))
+        KJTAllToAll([-1] + [1] * (world.size() - 1))
     with pytest.raises(ArgumentTypeError, match="splits is"):
-        KJTAllToAll([0.5] * world.size)  # type: ignore[list-item]
+        KJTAllToAll([0.5] * world.size())  # type: ignore[list-item]
     with pytest.raises(
-        ArgumentError, match=rf"stagger is {world.size + 1}; expected a positive divisor of {world.size}"
+        ArgumentError, match=rf"stagger is {world.size() + 1}; expected a positive divisor of {world.size()}"
     ):
-        KJTAllToAll([0] * world.size, stagger=world.size + 1)
+        KJTAllToAll([0] * world.size(), stagger=world.size() + 1)
 
 
 @pytest.mark.mpi(min_size=2)
 def test_key_count_must_equal_the_sum_of_splits(world: mpicomm.ProcessGroup) -> None:
     with pytest.raises(ArgumentError, match=r"has 3 keys; expected 2, the sum of splits"):
-        KJTAllToAll([2] + [0] * (world.size - 1))(SEED_INPUT[0])
+        KJTAllToAll([2] + [0] * (world.size() - 1))(SEED_INPUT[0])
     with pytest.raises(ArgumentTypeError, match="the input is a dict; expected a KeyedJaggedArray"):
-        KJTAllToAll([3] + [0] * (world.size - 1))({})  # type: ignore[arg-type]
+        KJTAllToAll([3] + [0] * (world.size() - 1))({})  # type: ignore[arg-type]
 
 
 @pytest.mark.mpi(min_size=2)
@@ -279,16 +282,16 @@ def test_non_integer_lengths_are_refused(world: mpicomm.ProcessGroup) -> None:
     with pytest.raises(
         ArgumentTypeError, match="jagged_all_to_all: lengths has dtype float64; expected an integer"
     ):
-        jagged_all_to_all(np.arange(3), np.array([3.0]), [1] + [0] * (world.size - 1))
+        jagged_all_to_all(np.arange(3), np.array([3.0]), [1] + [0] * (world.size() - 1))
     with pytest.raises(ArgumentTypeError, match="KeyedJaggedArray: lengths has dtype float32"):
-        KeyedJaggedArray(["A"], np.arange(3), np.array([3.0], dtype=np.float32))
+        KeyedJaggedArray(["A"], np.arange(3), lengths=np.array([3.0], dtype=np.float32))
 
 
 @pytest.mark.mpi(min_size=2)
 def test_splits_that_differ_between_ranks_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
-    keys = [f"k{i}" for i in range(world.size)]
-    mine = KeyedJaggedArray(keys, np.empty(0), np.zeros(world.size, np.int64))
-    splits = [1] * world.size if world.rank else [2, 0] + [1] * (world.size - 2)
+    keys = [f"k{i}" for i in range(world.size())]
+    mine = KeyedJaggedArray(keys, np.empty(0), lengths=np.zeros(world.size(), np.int64))
+    splits = [1] * world.size() if world.rank() else [2, 0] + [1] * (world.size() - 2)
     with pytest.raises(CrossRankMismatchError, match="KJTAllToAll: ranks disagree about splits or stagger"):
         KJTAllToAll(splits)(mine)
 
@@ -297,52 +300,54 @@ def test_splits_that_differ_between_ranks_fail_on_every_rank(world: mpicomm.Proc
 def test_two_agreed_exchanges_used_crosswise_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
     # each object passes its first-call agreement check; then rank 0 uses the other one
     keys = ["A", "B"]
-    mine = KeyedJaggedArray(keys, np.zeros(2), np.ones(2, np.int64))
-    first = KJTAllToAll([1, 1] + [0] * (world.size - 2))
-    second = KJTAllToAll([1, 0, 1] + [0] * (world.size - 3))
-    assert first(mine).wait().values().tolist() == ([0.0] * world.size if world.rank < 2 else [])
-    assert second(mine).wait().keys() == (["A"] if world.rank == 0 else ["B"] if world.rank == 2 else [])
+    mine = KeyedJaggedArray(keys, np.zeros(2), lengths=np.ones(2, np.int64))
+    first = KJTAllToAll([1, 1] + [0] * (world.size() - 2))
+    second = KJTAllToAll([1, 0, 1] + [0] * (world.size() - 3))
+    assert first(mine).wait().values().tolist() == ([0.0] * world.size() if world.rank() < 2 else [])
+    assert second(mine).wait().keys() == (["A"] if world.rank() == 0 else ["B"] if world.rank() == 2 else [])
     with pytest.raises(CrossRankMismatchError, match="KJTAllToAll: ranks disagree about splits or stagger"):
-        (second if world.rank == 0 else first)(mine)
-    assert first(mine).wait().stride() == world.size  # the group is still usable
+        (second if world.rank() == 0 else first)(mine)
+    assert first(mine).wait().stride() == world.size()  # the group is still usable
 
 
 @pytest.mark.mpi(min_size=2)
 def test_dtypes_or_weights_that_differ_between_ranks_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
-    dtype = np.float32 if world.rank else np.float64
-    mine = KeyedJaggedArray(["A"], np.zeros(2, dtype), np.array([2]))
+    dtype = np.float32 if world.rank() else np.float64
+    mine = KeyedJaggedArray(["A"], np.zeros(2, dtype), lengths=np.array([2]))
     with pytest.raises(CrossRankMismatchError, match="ranks disagree about dtypes"):
-        KJTAllToAll([1] + [0] * (world.size - 1))(mine)
-    weights = np.ones(2) if world.rank else None
-    mine = KeyedJaggedArray(["A"], np.zeros(2), np.array([2]), weights=weights)
+        KJTAllToAll([1] + [0] * (world.size() - 1))(mine)
+    weights = np.ones(2) if world.rank() else None
+    mine = KeyedJaggedArray(["A"], np.zeros(2), lengths=np.array([2]), weights=weights)
     with pytest.raises(CrossRankMismatchError, match="ranks disagree about weights or VBE"):
-        KJTAllToAll([1] + [0] * (world.size - 1))(mine)
-    values = np.zeros(2, np.int32 if world.rank else np.int64)
+        KJTAllToAll([1] + [0] * (world.size() - 1))(mine)
+    values = np.zeros(2, np.int32 if world.rank() else np.int64)
     with pytest.raises(CrossRankMismatchError, match="jagged_all_to_all: ranks disagree about dtypes"):
-        jagged_all_to_all(values, np.array([2]), [1] + [0] * (world.size - 1))
+        jagged_all_to_all(values, np.array([2]), [1] + [0] * (world.size() - 1))
 
 
 @pytest.mark.mpi(min_size=2)
 def test_keys_that_differ_between_ranks_fail_under_validation(
     world: mpicomm.ProcessGroup, validating: None
 ) -> None:
-    keys = ["A", "B"] if world.rank else ["B", "A"]
-    mine = KeyedJaggedArray(keys, np.empty(0), np.zeros(2, np.int64))
+    keys = ["A", "B"] if world.rank() else ["B", "A"]
+    mine = KeyedJaggedArray(keys, np.empty(0), lengths=np.zeros(2, np.int64))
     with pytest.raises(
         CrossRankMismatchError, match="KJTAllToAll: validation found ranks that disagree: keys differ"
     ):
-        KJTAllToAll([2] + [0] * (world.size - 1))(mine)
+        KJTAllToAll([2] + [0] * (world.size() - 1))(mine)
 
 
 @pytest.mark.mpi(min_size=2)
 def test_validation_passes_agreeing_calls(world: mpicomm.ProcessGroup, validating: None) -> None:
-    keys = [f"k{i}" for i in range(world.size)]
-    mine = KeyedJaggedArray(keys, np.full(world.size, world.rank), np.ones(world.size, np.int64))
-    out = KJTAllToAll([1] * world.size)(mine).wait()
-    assert out.values().tolist() == list(range(world.size))
-    got = jagged_all_to_all(np.arange(world.size), np.ones(world.size, np.int64), [1] * world.size)
-    assert isinstance(got, JaggedResult) and got.values.tolist() == [world.rank] * world.size
+    keys = [f"k{i}" for i in range(world.size())]
+    mine = KeyedJaggedArray(
+        keys, np.full(world.size(), world.rank()), lengths=np.ones(world.size(), np.int64)
+    )
+    out = KJTAllToAll([1] * world.size())(mine).wait()
+    assert out.values().tolist() == list(range(world.size()))
+    got = jagged_all_to_all(np.arange(world.size()), np.ones(world.size(), np.int64), [1] * world.size())
+    assert isinstance(got, JaggedResult) and got.values.tolist() == [world.rank()] * world.size()
 
 
 def test_stagger_order_helper_is_a_permutation(world: mpicomm.ProcessGroup) -> None:
-    assert sorted(stagger_order(world.size, 1)) == list(range(world.size))
+    assert sorted(stagger_order(world.size(), 1)) == list(range(world.size()))

@@ -78,28 +78,28 @@ def raises_everywhere(error: type[Exception], *words: str) -> Any:
 
 @pytest.mark.mpi(min_size=1)
 def test_broadcast_torch_vector_from_every_source(world: mpicomm.ProcessGroup) -> None:
-    for src in range(world.size):
-        objs = list(TORCH_VECTOR) if world.rank == src else [None] * 3
+    for src in range(world.size()):
+        objs = list(TORCH_VECTOR) if world.rank() == src else [None] * 3
         before = list(objs)
         mpicomm.broadcast_object_list(objs, src=src)
         assert objs == TORCH_VECTOR
-        if world.rank == src:
+        if world.rank() == src:
             assert all(a is b for a, b in zip(objs, before, strict=True))  # the source's own objects
 
 
 @pytest.mark.mpi(min_size=1)
 def test_broadcast_with_arrays_gives_every_rank_equal_writeable_copies(world, rng) -> None:
     glob = [payload(7, r) for r in range(3)]
-    objs = [payload(7, r) for r in range(3)] if world.rank == 0 else [None] * 3
+    objs = [payload(7, r) for r in range(3)] if world.rank() == 0 else [None] * 3
     mpicomm.broadcast_object_list(objs, group_src=0)
     assert same(objs, glob)
-    if world.rank != 0:
+    if world.rank() != 0:
         assert objs[0]["large"].flags.writeable
 
 
 @pytest.mark.mpi(min_size=1)
 def test_all_gather_object_torch_vector(world: mpicomm.ProcessGroup) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     out: list[Any] = [None] * w + ["untouched"]
     mine = TORCH_VECTOR[r % 3]
     mpicomm.all_gather_object(out, mine)
@@ -110,14 +110,14 @@ def test_all_gather_object_torch_vector(world: mpicomm.ProcessGroup) -> None:
 
 @pytest.mark.mpi(min_size=1)
 def test_all_gather_object_with_arrays(world: mpicomm.ProcessGroup) -> None:
-    out: list[Any] = [None] * world.size
-    mpicomm.all_gather_object(out, payload(11, world.rank))
-    assert same(out, [payload(11, r) for r in range(world.size)])
+    out: list[Any] = [None] * world.size()
+    mpicomm.all_gather_object(out, payload(11, world.rank()))
+    assert same(out, [payload(11, r) for r in range(world.size())])
 
 
 @pytest.mark.mpi(min_size=1)
 def test_gather_object_to_every_destination(world: mpicomm.ProcessGroup) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     for dst in range(w):
         out = [None] * w if r == dst else None
         mpicomm.gather_object(payload(dst, r), out, dst=dst)
@@ -129,7 +129,7 @@ def test_gather_object_to_every_destination(world: mpicomm.ProcessGroup) -> None
 
 @pytest.mark.mpi(min_size=1)
 def test_scatter_object_list_torch_vector_and_arrays(world: mpicomm.ProcessGroup) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     for src in range(w):
         inputs = [[TORCH_VECTOR[i % 3], payload(src, i)] for i in range(w)]
         out: list[Any] = [None, "untouched"]
@@ -142,7 +142,7 @@ def test_scatter_object_list_torch_vector_and_arrays(world: mpicomm.ProcessGroup
 
 @pytest.mark.mpi(min_size=2)
 def test_send_recv_object_list_around_a_ring(world: mpicomm.ProcessGroup) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     nxt, prev = (r + 1) % w, (r - 1) % w
     got: list[Any] = [None, None]
     if r == 0:
@@ -157,14 +157,14 @@ def test_send_recv_object_list_around_a_ring(world: mpicomm.ProcessGroup) -> Non
 
 @pytest.mark.mpi(min_size=2)
 def test_objects_on_a_sub_group_use_world_ranks_for_src(world: mpicomm.ProcessGroup) -> None:
-    odd = mpicomm.new_group(range(1, world.size, 2))
-    objs = ["from 1", 1] if world.rank == 1 else [None, None]
+    odd = mpicomm.new_group(range(1, world.size(), 2))
+    objs = ["from 1", 1] if world.rank() == 1 else [None, None]
     if odd.is_member:
         mpicomm.broadcast_object_list(objs, src=1, group=odd)
         assert objs == ["from 1", 1]
-        out = [None] * odd.size
-        mpicomm.all_gather_object(out, world.rank, group=odd)
-        assert out == list(range(1, world.size, 2))
+        out = [None] * odd.size()
+        mpicomm.all_gather_object(out, world.rank(), group=odd)
+        assert out == list(range(1, world.size(), 2))
     else:
         with pytest.warns(UserWarning, match="not a member"):
             assert mpicomm.broadcast_object_list(objs, src=1, group=odd) is None
@@ -177,7 +177,7 @@ def test_small_chunks_and_the_large_size_fallbacks_move_the_same_objects(world, 
     """The over-2-GiB code paths (chunked messages, point to point instead of v-collectives), small."""
     monkeypatch.setattr(object_wire, "CHUNK", 1000)
     monkeypatch.setattr(object_wire, "INT_MAX", 5000)
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     objs = [payload(5, 0), "x" * 20000] if r == 0 else [None, None]
     mpicomm.broadcast_object_list(objs)
     assert same(objs, [payload(5, 0), "x" * 20000])
@@ -237,8 +237,8 @@ nested = st.recursive(
 @given(data=st.data())
 def test_broadcast_of_nested_structures_equals_the_source(world, data) -> None:
     glob = data.draw(st.lists(nested, min_size=1, max_size=4), label="objects")
-    src = data.draw(st.integers(0, world.size - 1), label="src")
-    objs = list(glob) if world.rank == src else [None] * len(glob)
+    src = data.draw(st.integers(0, world.size() - 1), label="src")
+    objs = list(glob) if world.rank() == src else [None] * len(glob)
     mpicomm.broadcast_object_list(objs, src=src)
     assert same(objs, glob)
 
@@ -247,7 +247,7 @@ def test_broadcast_of_nested_structures_equals_the_source(world, data) -> None:
 @SAME_ON_EVERY_RANK
 @given(data=st.data())
 def test_gathers_and_scatter_of_nested_structures(world, data) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     glob = data.draw(st.lists(nested, min_size=w, max_size=w), label="one object per rank")
     root = data.draw(st.integers(0, w - 1), label="root")
     out: list[Any] = [None] * w
@@ -282,25 +282,25 @@ UNPICKLABLE = {
 @pytest.mark.parametrize("kind", list(UNPICKLABLE))
 def test_unpicklable_element_raises_the_same_error_on_every_rank(world, kind: str) -> None:
     make, cause = UNPICKLABLE[kind]
-    src = world.size - 1
-    objs = ["ok", make()] if world.rank == src else [None, None]
+    src = world.size() - 1
+    objs = ["ok", make()] if world.rank() == src else [None, None]
     before = list(objs)
     with raises_everywhere(
         ObjectCollectiveError, r"broadcast_object_list: object_list\[1\]", f"rank {src}", cause
     ):
         mpicomm.broadcast_object_list(objs, src=src)
-    assert objs == before or world.rank == src
-    out: list[Any] = [None] * world.size
-    bad = world.rank == src
+    assert objs == before or world.rank() == src
+    out: list[Any] = [None] * world.size()
+    bad = world.rank() == src
     with raises_everywhere(ObjectCollectiveError, r"all_gather_object: obj\[0\]", f"on rank {src}", cause):
         mpicomm.all_gather_object(out, make() if bad else "fine")
-    assert out == [None] * world.size  # nothing was written on any rank
+    assert out == [None] * world.size()  # nothing was written on any rank
     with raises_everywhere(ObjectCollectiveError, "gather_object", f"on rank {src}", cause):
-        mpicomm.gather_object(make() if bad else 1, [None] * world.size if world.rank == 0 else None)
-    inputs = ["a"] * world.size
+        mpicomm.gather_object(make() if bad else 1, [None] * world.size() if world.rank() == 0 else None)
+    inputs = ["a"] * world.size()
     inputs[-1] = make()
-    with raises_everywhere(ObjectCollectiveError, rf"scatter_object_input_list\[{world.size - 1}\]", cause):
-        mpicomm.scatter_object_list([None], inputs if world.rank == 0 else None, src=0)
+    with raises_everywhere(ObjectCollectiveError, rf"scatter_object_input_list\[{world.size() - 1}\]", cause):
+        mpicomm.scatter_object_list([None], inputs if world.rank() == 0 else None, src=0)
 
 
 def _only_on(rank: int) -> str:
@@ -321,17 +321,17 @@ class OnlyOnSource:
 
 @pytest.mark.mpi(min_size=2)
 def test_receiver_that_cannot_unpickle_makes_every_rank_raise(world) -> None:
-    objs = [1, OnlyOnSource(0)] if world.rank == 0 else [None, None]
+    objs = [1, OnlyOnSource(0)] if world.rank() == 0 else [None, None]
     with raises_everywhere(
         ObjectCollectiveError,
         r"broadcast_object_list: object_list\[1\] from rank 0 cannot be unpickled on rank 1",
         "RuntimeError: this object exists only on rank 0",
     ):
         mpicomm.broadcast_object_list(objs, src=0)
-    assert world.rank == 0 or objs == [None, None]
-    out: list[Any] = [None] * world.size
+    assert world.rank() == 0 or objs == [None, None]
+    out: list[Any] = [None] * world.size()
     with raises_everywhere(ObjectCollectiveError, "all_gather_object: the object from rank 1", "on rank 0"):
-        mpicomm.all_gather_object(out, OnlyOnSource(world.rank))
+        mpicomm.all_gather_object(out, OnlyOnSource(world.rank()))
 
 
 @pytest.mark.mpi(min_size=2)
@@ -344,10 +344,10 @@ def test_class_whose_module_exists_only_on_the_source(world) -> None:
 
     Private.__module__, Private.__qualname__ = name, "Private"
     module.Private = Private  # type: ignore[attr-defined]
-    if world.rank == 0:
+    if world.rank() == 0:
         sys.modules[name] = module
     try:
-        objs = [Private()] if world.rank == 0 else [None]
+        objs = [Private()] if world.rank() == 0 else [None]
         with raises_everywhere(
             ObjectCollectiveError, "cannot be unpickled on rank 1", "ModuleNotFoundError", name
         ):
@@ -358,7 +358,7 @@ def test_class_whose_module_exists_only_on_the_source(world) -> None:
 
 @pytest.mark.mpi(min_size=1)
 def test_empty_list_on_the_source_raises_on_every_rank(world) -> None:
-    objs: list[Any] = [] if world.rank == 0 else [None]
+    objs: list[Any] = [] if world.rank() == 0 else [None]
     with raises_everywhere(
         ArgumentError, "broadcast_object_list: object_list is empty on the sending rank 0"
     ):
@@ -367,7 +367,7 @@ def test_empty_list_on_the_source_raises_on_every_rank(world) -> None:
 
 @pytest.mark.mpi(min_size=2)
 def test_lengths_that_differ_raise_on_every_rank(world) -> None:
-    r, w = world.rank, world.size
+    r, w = world.rank(), world.size()
     objs = ["a", "b"] if r == 0 else [None] * (3 if r == w - 1 else 2)
     with raises_everywhere(
         ArgumentError, f"object_list has 3 entries on rank {w - 1} but 2 on the source rank 0", "same length"
@@ -393,12 +393,12 @@ def test_lengths_that_differ_raise_on_every_rank(world) -> None:
 @pytest.mark.mpi(min_size=1)
 def test_the_group_still_works_after_every_failure(world) -> None:
     """A failed call leaves no message behind: the next calls pair up as usual."""
-    objs = [threading.Lock()] if world.rank == 0 else [None]
+    objs = [threading.Lock()] if world.rank() == 0 else [None]
     with pytest.raises(ObjectCollectiveError):
         mpicomm.broadcast_object_list(objs)
-    out: list[Any] = [None] * world.size
-    mpicomm.all_gather_object(out, world.rank)
-    assert out == list(range(world.size))
+    out: list[Any] = [None] * world.size()
+    mpicomm.all_gather_object(out, world.rank())
+    assert out == list(range(world.size()))
 
 
 # ------------------------------------------------------------------------------ safe mode
@@ -425,13 +425,13 @@ def test_safe_mode_refuses_a_command_payload_on_every_rank(world) -> None:
     path = [os.path.join(tempfile.gettempdir(), f"mpicomm-safe-{os.getpid()}")]
     mpicomm.broadcast_object_list(path)  # one marker path for all ranks (rank 0's pid)
     marker = path[0]
-    objs = [RunsCommand(f"touch {marker}")] if world.rank == 0 else [None]
+    objs = [RunsCommand(f"touch {marker}")] if world.rank() == 0 else [None]
     with raises_everywhere(Refused, "cannot be unpickled on rank 1", "refused to unpickle posix.system"):
         mpicomm.broadcast_object_list(objs, safe=True)
     assert not os.path.exists(marker)
-    out: list[Any] = [None] * world.size
+    out: list[Any] = [None] * world.size()
     with raises_everywhere(Refused, "refused to unpickle posix.system"):
-        mpicomm.all_gather_object(out, RunsCommand(f"touch {marker}") if world.rank == 1 else 0, safe=True)
+        mpicomm.all_gather_object(out, RunsCommand(f"touch {marker}") if world.rank() == 1 else 0, safe=True)
     assert not os.path.exists(marker)
 
 
@@ -445,7 +445,7 @@ def allow_list_restored() -> Any:
 
 @pytest.mark.mpi(min_size=2)
 def test_safe_mode_global_setting_and_allow_list(world, allow_list_restored) -> None:
-    objs = [Settings(0.1), {"a": np.ones(3)}] if world.rank == 0 else [None, None]
+    objs = [Settings(0.1), {"a": np.ones(3)}] if world.rank() == 0 else [None, None]
     mpicomm.set_safe_unpickling(True)
     try:
         with raises_everywhere(Refused, "test_objects.Settings", r"allow_unpickle\(Settings\)"):
@@ -460,7 +460,7 @@ def test_safe_mode_global_setting_and_allow_list(world, allow_list_restored) -> 
 @pytest.mark.mpi(min_size=2)
 def test_allow_list_is_restored_after_the_previous_test(world) -> None:
     assert (Settings.__module__, Settings.__qualname__) not in pickling._ALLOWED
-    objs = [Settings(0.2)] if world.rank == 0 else [None]
+    objs = [Settings(0.2)] if world.rank() == 0 else [None]
     with raises_everywhere(Refused, "test_objects.Settings"):
         mpicomm.broadcast_object_list(objs, safe=True)
 
@@ -474,13 +474,15 @@ class FakePointers:
 
 @pytest.mark.mpi(min_size=2)
 def test_safe_mode_refuses_an_object_array_made_from_raw_bytes_on_every_rank(world) -> None:
-    objs = [FakePointers()] if world.rank == 0 else [None]
+    objs = [FakePointers()] if world.rank() == 0 else [None]
     with raises_everywhere(Refused, "cannot be unpickled on rank 1", "object dtype"):
         mpicomm.broadcast_object_list(objs, safe=True)
-    assert world.rank == 0 or objs == [None]
-    out: list[Any] = [None] * world.size
+    assert world.rank() == 0 or objs == [None]
+    out: list[Any] = [None] * world.size()
     with raises_everywhere(Refused, "the object from rank 0", "object dtype"):
-        mpicomm.all_gather_object(out, np.array([None, 1], dtype=object) if world.rank == 0 else 0, safe=True)
+        mpicomm.all_gather_object(
+            out, np.array([None, 1], dtype=object) if world.rank() == 0 else 0, safe=True
+        )
 
 
 # ------------------------------------------------------------------------------ bad arguments
@@ -488,7 +490,7 @@ def test_safe_mode_refuses_an_object_array_made_from_raw_bytes_on_every_rank(wor
 
 @pytest.mark.mpi(min_size=1)
 def test_bad_arguments_raise_clear_errors(world) -> None:
-    w = world.size
+    w = world.size()
     with pytest.raises(
         ArgumentTypeError, match="broadcast_object_list: object_list is a tuple; expected a list"
     ):
@@ -512,7 +514,7 @@ def test_bad_arguments_raise_clear_errors(world) -> None:
     ):
         mpicomm.scatter_object_list(None, [1] * w)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="send_object_list: dst is this rank"):
-        mpicomm.send_object_list([1], dst=world.rank)
+        mpicomm.send_object_list([1], dst=world.rank())
     with pytest.raises(ArgumentError, match="send_object_list: no dst given"):
         mpicomm.send_object_list([1])
     mpicomm.barrier()  # every rank is still in step
@@ -521,7 +523,7 @@ def test_bad_arguments_raise_clear_errors(world) -> None:
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.skipif(not NO_CUPY, reason="cupy is installed here")
 def test_cuda_device_without_cupy_raises_on_every_rank(world) -> None:
-    objs = ["x"] if world.rank == 0 else [None]
+    objs = ["x"] if world.rank() == 0 else [None]
     with pytest.raises(ArgumentError, match="broadcast_object_list: device is 'cuda', which needs cupy"):
         mpicomm.broadcast_object_list(objs, device="cuda")
     mpicomm.broadcast_object_list(objs, device="cpu")
@@ -530,18 +532,18 @@ def test_cuda_device_without_cupy_raises_on_every_rank(world) -> None:
 
 @pytest.mark.mpi(min_size=2)
 def test_validation_mode_catches_ranks_that_disagree_on_the_source(world) -> None:
-    objs = ["x"] if world.rank == 0 else [None]
+    objs = ["x"] if world.rank() == 0 else [None]
     mpicomm.set_validation(True)
     try:
         with raises_everywhere(
             mpicomm.CrossRankMismatchError, "broadcast_object_list: validation", "src differs"
         ):
-            mpicomm.broadcast_object_list(objs, src=0 if world.rank == 0 else 1)
+            mpicomm.broadcast_object_list(objs, src=0 if world.rank() == 0 else 1)
         with raises_everywhere(mpicomm.CrossRankMismatchError, "ranks called different functions"):
-            if world.rank == 0:
-                mpicomm.gather_object(1, [None] * world.size)
+            if world.rank() == 0:
+                mpicomm.gather_object(1, [None] * world.size())
             else:
-                mpicomm.all_gather_object([None] * world.size, 1)
+                mpicomm.all_gather_object([None] * world.size(), 1)
         mpicomm.broadcast_object_list(objs, src=0)
     finally:
         mpicomm.set_validation(False)
@@ -553,7 +555,7 @@ def test_validation_mode_catches_ranks_that_disagree_on_the_source(world) -> Non
 
 def _call(fn: str, world: mpicomm.ProcessGroup, bad: int, arg: str) -> None:
     """Call ``fn`` on every rank with a bad ``arg`` on rank ``bad`` only; rank 0 is the source/destination."""
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     mine = r == bad
     kw: dict[str, Any] = {}
     if arg == "device":
@@ -591,17 +593,17 @@ def test_an_argument_problem_on_one_rank_raises_on_every_rank(world, fn: str, ar
     if arg == "device" and not NO_CUPY:
         pytest.skip("cupy is installed here: device='cuda' is valid")
     error, words = PROBLEMS[arg]
-    for bad in sorted({0, world.size - 1}):
+    for bad in sorted({0, world.size() - 1}):
         with raises_everywhere(error, fn, words):
             _call(fn, world, bad, arg)
-        out: list[Any] = [None] * world.size
-        mpicomm.all_gather_object(out, world.rank)  # the group still works
-        assert out == list(range(world.size))
+        out: list[Any] = [None] * world.size()
+        mpicomm.all_gather_object(out, world.rank())  # the group still works
+        assert out == list(range(world.size()))
 
 
 @pytest.mark.mpi(min_size=2)
 def test_send_recv_object_list_with_a_wrong_list_on_either_side(world) -> None:
-    r = world.rank
+    r = world.rank()
     big = payload(9, 0)  # holds an out-of-band array: the sender blocks until it is received
     if r == 0:
         with pytest.raises(
@@ -635,7 +637,7 @@ class ExitsOnLoad:
 
 @pytest.mark.mpi(min_size=2)
 def test_system_exit_while_unpickling_reaches_every_rank(world) -> None:
-    r, w = world.rank, world.size
+    r, w = world.rank(), world.size()
     victim = w - 1
     objs = [ExitsOnLoad(victim)] if r == 0 else [None]
     if r == victim:
@@ -670,7 +672,7 @@ class FailsOn:
 @pytest.mark.mpi(min_size=3)
 def test_messages_on_a_sub_group_name_world_ranks(world) -> None:
     """Group ranks 0, 1, ... are world ranks 1, 2, ...: every message must say the world rank."""
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sub = mpicomm.new_group(range(1, w))
     if sub.is_member:
         objs = [threading.Lock()] if r == 1 else [None]
@@ -686,16 +688,16 @@ def test_messages_on_a_sub_group_name_world_ranks(world) -> None:
         objs = ["a"] if r == 1 else [None] * (2 if r == 2 else 1)
         with raises_everywhere(ArgumentError, "2 entries on rank 2 but 1 on the source rank 1"):
             mpicomm.broadcast_object_list(objs, src=1, group=sub)
-        out: list[Any] = [None] * sub.size
+        out: list[Any] = [None] * sub.size()
         with raises_everywhere(ObjectCollectiveError, "the object from rank 2 cannot be unpickled on rank 1"):
             mpicomm.all_gather_object(out, FailsOn(1) if r == 2 else 0, group=sub)
         with raises_everywhere(
             ArgumentError, "object_gather_list is given on rank 2, which is not the destination 1"
         ):
-            mpicomm.gather_object(r, [None] * sub.size, dst=1, group=sub)
+            mpicomm.gather_object(r, [None] * sub.size(), dst=1, group=sub)
         with raises_everywhere(ArgumentError, "scatter_object_output_list is empty on rank 2"):
             mpicomm.scatter_object_list(
-                [] if r == 2 else [None], list(range(sub.size)) if r == 1 else None, src=1, group=sub
+                [] if r == 2 else [None], list(range(sub.size())) if r == 1 else None, src=1, group=sub
             )
     mpicomm.destroy_process_group(sub)
     if r == 2:

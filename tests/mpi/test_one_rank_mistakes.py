@@ -29,7 +29,7 @@ def validating(world: mpicomm.ProcessGroup) -> Iterator[None]:
     mpicomm.set_validation(False)
     x = np.ones(2)
     mpicomm.all_reduce(x)
-    assert x.tolist() == [float(world.size)] * 2
+    assert x.tolist() == [float(world.size())] * 2
 
 
 def everywhere(call: Callable[[], Any], cls: type[BaseException], *words: str) -> str:
@@ -103,7 +103,7 @@ def _jagged_split_sum(w: int) -> Callable[[], Any]:
 
 
 def _kjt_not_a_kja(w: int) -> Callable[[], Any]:
-    kja = KeyedJaggedArray(["a"], np.arange(1, dtype=np.int64), np.ones(1, np.int64))
+    kja = KeyedJaggedArray(["a"], np.arange(1, dtype=np.int64), lengths=np.ones(1, np.int64))
     arg = _bad_on_zero(kja, {"a": [0]})
     return lambda: KJTAllToAll([1] + [0] * (w - 1))(arg).wait()
 
@@ -141,13 +141,13 @@ def test_a_mistake_on_rank_0_only_raises_the_same_error_on_every_rank(
     world: mpicomm.ProcessGroup, name: str
 ) -> None:
     make, cls, words = MISTAKES[name]
-    message = everywhere(make(world.size), cls, *words)
+    message = everywhere(make(world.size()), cls, *words)
     assert "found on rank 0" in message
 
 
 @pytest.mark.mpi(min_size=2)
 def test_new_group_with_different_member_lists_is_caught(world: mpicomm.ProcessGroup) -> None:
-    members = _bad_on_zero(list(range(world.size)), [0])
+    members = _bad_on_zero(list(range(world.size())), [0])
     everywhere(lambda: mpicomm.new_group(members), CrossRankMismatchError, "new_group", "ranks differs")
 
 
@@ -155,7 +155,7 @@ def test_new_group_with_different_member_lists_is_caught(world: mpicomm.ProcessG
 def test_mistakes_on_several_ranks_report_the_lowest_and_count_the_others(
     world: mpicomm.ProcessGroup,
 ) -> None:
-    w = world.size
+    w = world.size()
     message = everywhere(
         lambda: mpicomm.all_to_all_single(np.empty(w), np.ones(w), [2] + [1] * (w - 1), [1] * w),
         ArgumentError,
@@ -184,7 +184,7 @@ def test_an_mpi_error_becomes_a_communication_error_naming_the_function(world: m
     @collective("probe")
     def probe(group: Any = None) -> None:
         # a destination MPI itself refuses (MPI_ERR_RANK), found locally on every rank: no peer waits
-        world.comm.Send([np.ones(4), MPI.DOUBLE], dest=world.size + 5, tag=0)
+        world.comm.Send([np.ones(4), MPI.DOUBLE], dest=world.size() + 5, tag=0)
 
     with pytest.raises(mpicomm.CommunicationError, match="probe: MPI reported an error") as info:
         probe()

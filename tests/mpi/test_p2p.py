@@ -20,7 +20,7 @@ def messages(rng: np.random.Generator, w: int, shape: tuple[int, ...] = (3, 2)) 
 
 @pytest.mark.mpi(min_size=2)
 def test_blocking_ring_passes_each_message_to_the_right(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     data = messages(rng, w)
     left, right = (r - 1) % w, (r + 1) % w
     got = np.empty_like(data[r])
@@ -39,7 +39,7 @@ def test_blocking_ring_passes_each_message_to_the_right(world, rng):
     "dtype", [np.int32, np.bool_, np.float16, np.complex128, np.dtype(">f8")], ids=lambda d: np.dtype(d).str
 )
 def test_nonblocking_ring_exchanges_both_ways(world, rng, dtype):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     data = (rng.integers(0, 2, (w, 2, 4)) * 3 + np.arange(w)[:, None, None]).astype(dtype)
     left, right = (r - 1) % w, (r + 1) % w
     from_left, from_right = np.empty_like(data[r]), np.empty_like(data[r])
@@ -59,7 +59,7 @@ def test_nonblocking_ring_exchanges_both_ways(world, rng, dtype):
 
 @pytest.mark.mpi(min_size=2)
 def test_recv_from_any_source_returns_the_senders_world_rank(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     data = messages(rng, w, (4,))
     if r == 0:
         seen = []
@@ -75,7 +75,7 @@ def test_recv_from_any_source_returns_the_senders_world_rank(world, rng):
 
 @pytest.mark.mpi(min_size=2)
 def test_irecv_from_any_source_reports_source_rank(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     data = messages(rng, w, (2,))
     if r == 0:
         bufs = [np.empty(2) for _ in range(w - 1)]
@@ -90,7 +90,7 @@ def test_irecv_from_any_source_reports_source_rank(world, rng):
 
 @pytest.mark.mpi(min_size=2)
 def test_irecv_from_a_given_source_reports_that_rank(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     data = messages(rng, w, (3,))
     if r == 1:
         mpicomm.send(data[1], dst=0, tag=9)
@@ -103,7 +103,7 @@ def test_irecv_from_a_given_source_reports_that_rank(world, rng):
 
 @pytest.mark.mpi(min_size=2)
 def test_tags_select_messages_regardless_of_send_order(world, rng):
-    r = world.rank
+    r = world.rank()
     data = messages(rng, 3, (5,))
     if r == 0:
         works = [mpicomm.isend(data[k], dst=1, tag=10 + k) for k in range(3)]
@@ -118,7 +118,7 @@ def test_tags_select_messages_regardless_of_send_order(world, rng):
 
 @pytest.mark.mpi(min_size=2)
 def test_send_accepts_non_contiguous_and_multi_dim_arrays(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     mats = rng.standard_normal((w, 4, 6))
     if r == 0:
         for dst in range(1, w):
@@ -131,12 +131,12 @@ def test_send_accepts_non_contiguous_and_multi_dim_arrays(world, rng):
 
 @pytest.mark.mpi(min_size=3)
 def test_group_dst_and_group_src_address_ranks_of_a_subgroup(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     odds = mpicomm.new_group(range(1, w, 2)) if w >= 4 else mpicomm.new_group([1, 2])
     data = messages(rng, w, (2,))
-    if odds.is_member and odds.size >= 2:
-        left = (odds.rank - 1) % odds.size
-        right = (odds.rank + 1) % odds.size
+    if odds.is_member and odds.size() >= 2:
+        left = (odds.rank() - 1) % odds.size()
+        right = (odds.rank() + 1) % odds.size()
         got = np.empty(2)
         works = [
             mpicomm.irecv(got, group=odds, group_src=left),
@@ -152,7 +152,7 @@ def test_group_dst_and_group_src_address_ranks_of_a_subgroup(world, rng):
 
 @pytest.mark.mpi(min_size=3)
 def test_recv_in_a_subgroup_returns_world_ranks(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     members = list(range(1, w))  # every rank but 0; group rank g is world rank g + 1
     sub = mpicomm.new_group(members)
     data = messages(rng, w, (2,))
@@ -171,7 +171,7 @@ def test_recv_in_a_subgroup_returns_world_ranks(world, rng):
 
 @pytest.mark.mpi(min_size=2)
 def test_pending_any_source_receives_do_not_take_collective_messages(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     data = rng.integers(0, 9, (w, w, 2)).astype(np.float64)
     # receives from any rank with every small tag, posted before the collectives run
     pending = [(tag, np.full(2, np.nan)) for tag in range(4)]
@@ -199,9 +199,9 @@ def test_pending_any_source_receives_do_not_take_collective_messages(world, rng)
 @pytest.mark.mpi(min_size=1)
 def test_send_to_self_is_refused(world):
     with pytest.raises(mpicomm.ArgumentError, match="dst is this rank"):
-        mpicomm.send(np.zeros(2), dst=world.rank)
+        mpicomm.send(np.zeros(2), dst=world.rank())
     with pytest.raises(mpicomm.ArgumentError, match="dst is this rank"):
-        mpicomm.isend(np.zeros(2), dst=world.rank)
+        mpicomm.isend(np.zeros(2), dst=world.rank())
 
 
 @pytest.mark.mpi(min_size=1)

@@ -86,7 +86,7 @@ def test_all_reduce_equals_numpy_reduction(world, data):
     dt = dtype_of(data.draw(st.sampled_from(allowed), label="dtype"))
     shape = data.draw(shapes, label="shape")
     seed = data.draw(seeds, label="seed")
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     glob = values(seed, dt, (w, *shape))
     x = glob[r, ...].copy()
     op: ReduceOp = getattr(ReduceOp, name)
@@ -108,7 +108,7 @@ def test_all_reduce_equals_numpy_reduction(world, data):
 @SAME_ON_EVERY_RANK
 @given(data=st.data())
 def test_reduce_scatter_lists_equal_numpy_sums(world, data):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sizes = data.draw(st.lists(st.integers(0, 4), min_size=w, max_size=w), label="sizes")
     dt = dtype_of(data.draw(st.sampled_from(["i4", "u8", "f4", "f8", "c16"]), label="dtype"))
     adjacent = data.draw(st.booleans(), label="views of one buffer")
@@ -128,7 +128,7 @@ def test_reduce_scatter_lists_equal_numpy_sums(world, data):
 @SAME_ON_EVERY_RANK
 @given(data=st.data())
 def test_reduce_scatter_tensor_equals_chunked_sum(world, data):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     chunk = data.draw(shapes, label="chunk shape")
     dt = dtype_of(data.draw(st.sampled_from(REDUCIBLE), label="dtype"))
     stacked = data.draw(st.booleans(), label="stacked input")
@@ -150,7 +150,7 @@ def test_reduce_scatter_tensor_equals_chunked_sum(world, data):
 @SAME_ON_EVERY_RANK
 @given(data=st.data())
 def test_all_to_all_single_routes_every_row(world, data):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sizes = split_matrix(data, w)
     row = data.draw(st.lists(st.integers(0, 3), max_size=2).map(tuple), label="row shape")
     dt = dtype_of(data.draw(st.sampled_from(MOVABLE), label="dtype"))
@@ -166,7 +166,7 @@ def test_all_to_all_single_routes_every_row(world, data):
 @SAME_ON_EVERY_RANK
 @given(data=st.data())
 def test_all_to_all_lists_deliver_each_piece(world, data):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sizes = split_matrix(data, w)
     dt = dtype_of(data.draw(st.sampled_from(MOVABLE), label="dtype"))
     seed = data.draw(seeds, label="seed")
@@ -181,7 +181,7 @@ def test_all_to_all_lists_deliver_each_piece(world, data):
 @SAME_ON_EVERY_RANK
 @given(data=st.data())
 def test_all_gather_and_gather_collect_uneven_pieces(world, data):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sizes = data.draw(st.lists(st.integers(0, 4), min_size=w, max_size=w), label="sizes")
     dt = dtype_of(data.draw(st.sampled_from(MOVABLE), label="dtype"))
     root = data.draw(st.integers(0, w - 1), label="root")
@@ -202,7 +202,7 @@ def test_all_gather_and_gather_collect_uneven_pieces(world, data):
 @SAME_ON_EVERY_RANK
 @given(data=st.data())
 def test_scatter_and_broadcast_deliver_the_roots_data(world, data):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     sizes = data.draw(st.lists(st.integers(0, 4), min_size=w, max_size=w), label="sizes")
     shape = data.draw(shapes, label="broadcast shape")
     dt = dtype_of(data.draw(st.sampled_from(MOVABLE), label="dtype"))
@@ -222,7 +222,7 @@ def test_scatter_and_broadcast_deliver_the_roots_data(world, data):
 @SAME_ON_EVERY_RANK
 @given(data=st.data())
 def test_all_gather_into_tensor_stacks_every_input(world, data):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     shape = data.draw(shapes, label="input shape")
     dt = dtype_of(data.draw(st.sampled_from(MOVABLE), label="dtype"))
     flat = data.draw(st.booleans(), label="flat output")
@@ -240,7 +240,7 @@ def test_all_gather_into_tensor_stacks_every_input(world, data):
 @SAME_ON_EVERY_RANK
 @given(data=st.data())
 def test_all_reduce_in_a_random_subgroup_sums_its_members_only(world, data):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     members = data.draw(st.lists(st.booleans(), min_size=w, max_size=w), label="membership")
     ranks = [i for i, m in enumerate(members) if m]
     seed = data.draw(seeds, label="seed")
@@ -251,7 +251,7 @@ def test_all_reduce_in_a_random_subgroup_sums_its_members_only(world, data):
         if r in ranks:
             mpicomm.all_reduce(x, group=group)
             np.testing.assert_array_equal(x, glob[ranks].sum(axis=0))
-            assert group.rank == ranks.index(r) and group.size == len(ranks)
+            assert group.rank() == ranks.index(r) and group.size() == len(ranks)
         else:
             with pytest.warns(UserWarning, match="not a member"):
                 assert mpicomm.all_reduce(x, group=group) is None

@@ -64,7 +64,7 @@ def data(rng: np.random.Generator, *shape: int) -> np.ndarray:
 @pytest.mark.parametrize("out_kind", KINDS)
 @pytest.mark.parametrize("in_kind", ["contiguous", "transposed", "column"])
 def test_send_recv_ring_reads_and_writes_strided_views(world, rng, in_kind, out_kind):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     msgs = data(rng, w, 3, 4)
     left, right = (r - 1) % w, (r + 1) % w
     base, got = strided(out_kind, (3, 4))
@@ -82,7 +82,7 @@ def test_send_recv_ring_reads_and_writes_strided_views(world, rng, in_kind, out_
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("kind", KINDS)
 def test_sendrecv_ring_shifts_strided_columns(world, rng, kind):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     msgs = data(rng, w, 5)
     base, got = strided(kind, (5,))
     src = mpicomm.sendrecv(laid_out(kind, msgs[r]), got, dst=(r + 1) % w, src=(r - 1) % w, tag=3)
@@ -92,7 +92,7 @@ def test_sendrecv_ring_shifts_strided_columns(world, rng, kind):
 
 @pytest.mark.mpi(min_size=1)
 def test_sendrecv_none_peer_sends_or_receives_nothing(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     msgs = data(rng, w, 4)
     u = np.full((4, 3), SENTINEL)
     # a non-periodic line of ranks: the last rank sends nothing, rank 0 receives nothing
@@ -119,7 +119,7 @@ def test_sendrecv_checks_arguments_before_mpi(world):
     with pytest.raises(mpicomm.ArgumentTypeError, match=r"^sendrecv: tensor is a builtins.list"):
         mpicomm.sendrecv([1.0], u[0], dst=0, src=0)
     with pytest.raises(mpicomm.ArgumentError, match=r"^sendrecv: dst"):
-        mpicomm.sendrecv(u[0], u[1], dst=world.size, src=0)
+        mpicomm.sendrecv(u[0], u[1], dst=world.size(), src=0)
 
 
 @pytest.mark.mpi(min_size=1)
@@ -127,7 +127,7 @@ def test_sendrecv_checks_arguments_before_mpi(world):
 @pytest.mark.parametrize("op", ["SUM", "AVG", "MAX"])
 @pytest.mark.parametrize("async_op", [False, True])
 def test_all_reduce_writes_through_strided_views(world, rng, kind, op, async_op):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     xs = data(rng, w, 3, 4)
     base, view = strided(kind, (3, 4))
     view[...] = xs[r]
@@ -141,7 +141,7 @@ def test_all_reduce_writes_through_strided_views(world, rng, kind, op, async_op)
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("kind", KINDS)
 def test_reduce_and_broadcast_write_through_strided_views(world, rng, kind):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     xs = data(rng, w, 3, 4)
     root = w - 1
     base, view = strided(kind, (3, 4))
@@ -163,7 +163,7 @@ def test_reduce_and_broadcast_write_through_strided_views(world, rng, kind):
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("kind", KINDS)
 def test_gathers_and_scatter_write_through_strided_list_entries(world, rng, kind):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     xs = data(rng, w, 2, 3)
     outs = [strided(kind, (2, 3)) for _ in range(w)]
     mpicomm.all_gather([v for _, v in outs], laid_out(kind, xs[r]))
@@ -181,7 +181,7 @@ def test_gathers_and_scatter_write_through_strided_list_entries(world, rng, kind
 @pytest.mark.mpi(min_size=1)
 def test_all_gather_into_columns_of_one_array(world, rng):
     """Interleaved entries share a byte range but no element: allowed, and written exactly."""
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     xs = data(rng, w, 5)
     grid = np.full((5, w), SENTINEL)
     mpicomm.all_gather([grid[:, j] for j in range(w)], xs[r])
@@ -192,7 +192,7 @@ def test_all_gather_into_columns_of_one_array(world, rng):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("async_op", [False, True])
 def test_all_gather_into_tensor_writes_through_strided_output(world, rng, kind, async_op):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     xs = data(rng, w, 4)
     base, view = strided(kind, (w, 4))
     work = mpicomm.all_gather_into_tensor(view, laid_out("every-other", xs[r]), async_op=async_op)
@@ -208,7 +208,7 @@ def test_all_gather_into_tensor_writes_through_strided_output(world, rng, kind, 
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("kind", KINDS)
 def test_reduce_scatters_write_through_strided_output(world, rng, kind):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     xs = data(rng, w, w, 2, 3)  # xs[rank][dest]
     base, view = strided(kind, (2, 3))
     mpicomm.reduce_scatter(view, [laid_out(kind, x) for x in xs[r]])
@@ -221,7 +221,7 @@ def test_reduce_scatters_write_through_strided_output(world, rng, kind):
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("kind", KINDS)
 def test_all_to_all_lists_of_strided_views(world, rng, kind):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     xs = data(rng, w, w, 2, 3)  # xs[src][dst]
     outs = [strided(kind, (2, 3)) for _ in range(w)]
     mpicomm.all_to_all([v for _, v in outs], [laid_out(kind, x) for x in xs[r]])
@@ -234,7 +234,7 @@ def test_all_to_all_lists_of_strided_views(world, rng, kind):
 @pytest.mark.parametrize("in_kind", ["contiguous", "every-other", "reversed", "transposed"])
 @pytest.mark.parametrize("split", [False, True])
 def test_all_to_all_single_strided_input_and_output(world, rng, out_kind, in_kind, split):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     # counts[src, dst] rows
     counts = rng.integers(0, 3, size=(w, w)) if split else np.full((w, w), 2)
     rows = [data(rng, int(counts[s].sum()), 3) for s in range(w)]
@@ -252,7 +252,7 @@ def test_all_to_all_single_strided_input_and_output(world, rng, out_kind, in_kin
 @pytest.mark.mpi(min_size=2)
 def test_overlap_free_layout_that_datatypes_do_not_take_goes_through_a_temporary(world, rng):
     """Offsets i*24 + j*16 bytes never collide, but the simple overlap test cannot prove it."""
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     xs = data(rng, w, 2, 3)
     base = np.full(8, SENTINEL)
     view = np.lib.stride_tricks.as_strided(base, shape=(2, 3), strides=(24, 16))
@@ -266,7 +266,7 @@ def test_overlap_free_layout_that_datatypes_do_not_take_goes_through_a_temporary
 
 @pytest.mark.mpi(min_size=1)
 def test_datatype_cache_stays_bounded_and_results_stay_right(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     for n in range(1, layouts.CACHE_SIZE + 20):
         x = np.full((n, 2), float(r))[:, 0]
         mpicomm.broadcast(x, src=0)

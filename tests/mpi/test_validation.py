@@ -32,7 +32,7 @@ def validating(request: pytest.FixtureRequest, world: mpicomm.ProcessGroup) -> I
     assert names == [names[0]] * len(names), f"ranks are in different tests: {names}"
     x = np.ones(2)
     mpicomm.all_reduce(x)
-    assert x.tolist() == [float(world.size)] * 2
+    assert x.tolist() == [float(world.size())] * 2
     mpicomm.barrier()
 
 
@@ -76,7 +76,7 @@ REDUCING: dict[str, Callable[[int, int, Any, np.ndarray], Any]] = {
 
 @pytest.mark.parametrize("fn", sorted(REDUCING))
 def test_different_ops(world: mpicomm.ProcessGroup, fn: str) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     x = np.full(3, float(r))
     before = x.copy()
     ops = [repr(_odd_max(i)) for i in range(w)]
@@ -86,7 +86,7 @@ def test_different_ops(world: mpicomm.ProcessGroup, fn: str) -> None:
 
 @pytest.mark.parametrize("fn", sorted(REDUCING))
 def test_different_premul_factors(world: mpicomm.ProcessGroup, fn: str) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     op = ReduceOp.PREMUL_SUM(2.0 if r == w - 1 else 0.5)
     x = np.ones(2)
     mismatch(lambda: REDUCING[fn](w, r, op, x), fn, "op", "PREMUL_SUM(0.5)", "PREMUL_SUM(2.0)")
@@ -130,14 +130,14 @@ MOVING: dict[str, Callable[[int, int, Any], Any]] = {
 
 @pytest.mark.parametrize("fn", sorted(MOVING))
 def test_different_dtypes(world: mpicomm.ProcessGroup, fn: str) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     dtypes = [np.dtype(_dt(i)).name for i in range(w)]
     mismatch(lambda: MOVING[fn](w, r, _dt(r)), fn, "dtype", per_rank(dtypes))
 
 
 def test_same_itemsize_different_kind(world: mpicomm.ProcessGroup) -> None:
     """int64 and float64 have the same size, so MPI would not notice; validation does."""
-    r = world.rank
+    r = world.rank()
     dt = np.int64 if r == 0 else np.float64
     mismatch(lambda: mpicomm.broadcast(np.zeros(2, dt), src=0), "broadcast", "dtype", "int64", "float64")
 
@@ -161,12 +161,12 @@ COUNTED: dict[str, Callable[[int, int, int], Any]] = {
 
 @pytest.mark.parametrize("fn", sorted(COUNTED))
 def test_different_counts(world: mpicomm.ProcessGroup, fn: str) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     mismatch(lambda: COUNTED[fn](w, r, _n(r)), fn, "count", per_rank([_n(i) for i in range(w)]))
 
 
 def test_all_reduce_async_validates_at_the_call(world: mpicomm.ProcessGroup) -> None:
-    r = world.rank
+    r = world.rank()
     mismatch(lambda: mpicomm.all_reduce(np.zeros(_n(r)), async_op=True), "all_reduce", "count")
 
 
@@ -176,7 +176,7 @@ def test_all_reduce_async_validates_at_the_call(world: mpicomm.ProcessGroup) -> 
 
 def test_all_to_all_single_splits_do_not_match(world: mpicomm.ProcessGroup) -> None:
     """Rank 1's input split for rank 0 is 1 row, but rank 0 expects 2 rows from rank 1."""
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     in_splits = [1] * w
     out_splits = [1] * w
     if r == 0:
@@ -194,7 +194,7 @@ def test_all_to_all_single_splits_do_not_match(world: mpicomm.ProcessGroup) -> N
 
 def test_all_to_all_single_splits_counted_in_rows(world: mpicomm.ProcessGroup) -> None:
     """With rows of 3 elements the message's numbers must say rows, or count elements."""
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     in_splits = [1] * w
     out_splits = [1] * w
     if r == 0:
@@ -213,7 +213,7 @@ def test_all_to_all_single_splits_counted_in_rows(world: mpicomm.ProcessGroup) -
 
 
 def test_all_to_all_single_row_sizes_differ(world: mpicomm.ProcessGroup) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     cols = 2 if r == 0 else 3
     mismatch(
         lambda: mpicomm.all_to_all_single(np.zeros((w, cols)), np.zeros((w, cols))),
@@ -224,7 +224,7 @@ def test_all_to_all_single_row_sizes_differ(world: mpicomm.ProcessGroup) -> None
 
 def test_all_to_all_sizes_do_not_match(world: mpicomm.ProcessGroup) -> None:
     """The last rank sends 2 elements to rank 0, which expects 1."""
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     last = w - 1
     ins = [np.zeros(2 if (r == last and j == 0) else 1) for j in range(w)]
     outs = [np.zeros(1) for _ in range(w)]
@@ -239,7 +239,7 @@ def test_all_to_all_sizes_do_not_match(world: mpicomm.ProcessGroup) -> None:
 
 def test_all_gather_sizes_do_not_match(world: mpicomm.ProcessGroup) -> None:
     """Rank 1 contributes 3 elements; rank 0 made room for 2."""
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     mine = np.full(3 if r == 1 else 2, float(r))
     outs = [np.zeros(3 if (j == 1 and r != 0) else 2) for j in range(w)]
     outs[r] = np.zeros(mine.size)
@@ -254,7 +254,7 @@ def test_all_gather_sizes_do_not_match(world: mpicomm.ProcessGroup) -> None:
 
 def test_reduce_scatter_sizes_do_not_match(world: mpicomm.ProcessGroup) -> None:
     """Rank 0 sends 2 elements for rank 1, whose output holds 3."""
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     out = np.zeros(3 if r == 1 else 2)
     ins = [np.zeros(out.size if j == r else 2) for j in range(w)]
     mismatch(
@@ -267,7 +267,7 @@ def test_reduce_scatter_sizes_do_not_match(world: mpicomm.ProcessGroup) -> None:
 
 
 def test_gather_sizes_do_not_match(world: mpicomm.ProcessGroup) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     mine = np.zeros(3 if r == 1 else 2)
     outs = [np.zeros(2) for _ in range(w)] if r == 0 else None
     mismatch(
@@ -280,7 +280,7 @@ def test_gather_sizes_do_not_match(world: mpicomm.ProcessGroup) -> None:
 
 
 def test_scatter_sizes_do_not_match(world: mpicomm.ProcessGroup) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     out = np.zeros(3 if r == 1 else 2)
     parts = [np.zeros(2) for _ in range(w)] if r == 0 else None
     mismatch(
@@ -320,14 +320,14 @@ ROOTED: dict[str, tuple[str, Callable[[int, int, int], Any]]] = {
 
 @pytest.mark.parametrize("fn", sorted(ROOTED))
 def test_different_roots(world: mpicomm.ProcessGroup, fn: str) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     arg, call = ROOTED[fn]
     roots = [_root(i, w) for i in range(w)]
     mismatch(lambda: call(w, r, _root(r, w)), fn, arg, per_rank(roots))
 
 
 def test_different_roots_group_src(world: mpicomm.ProcessGroup) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     mismatch(lambda: mpicomm.broadcast(np.zeros(2), group_src=_root(r, w)), "broadcast", "src")
 
 
@@ -354,7 +354,7 @@ PAIRS = [
 @pytest.mark.parametrize(("first", "others"), PAIRS, ids=[f"{a}-vs-{b}" for a, b in PAIRS])
 def test_different_functions(world: mpicomm.ProcessGroup, first: str, others: str) -> None:
     """Rank 0 calls one function and the others another: every rank names both."""
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     mine = first if r == 0 else others
     names = [first if i == 0 else others for i in range(w)]
     with pytest.raises(CrossRankMismatchError) as info:
@@ -370,7 +370,7 @@ def test_different_functions(world: mpicomm.ProcessGroup, first: str, others: st
 
 
 def test_valid_calls_pass(world: mpicomm.ProcessGroup) -> None:
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     x = np.full(3, r + 1.0)
     mpicomm.all_reduce(x, op=ReduceOp.MAX)
     assert (x == w).all()
@@ -433,7 +433,7 @@ def test_valid_calls_pass(world: mpicomm.ProcessGroup) -> None:
 
 def test_valid_calls_on_a_subgroup(world: mpicomm.ProcessGroup) -> None:
     """Validation runs on the group's communicator: a mismatch inside a sub-group is caught there."""
-    w = world.size
+    w = world.size()
     sub = mpicomm.new_group(range(1, w)) if w > 2 else mpicomm.new_group(range(w))
     try:
         if not sub.is_member:
@@ -442,12 +442,12 @@ def test_valid_calls_on_a_subgroup(world: mpicomm.ProcessGroup) -> None:
             return
         x = np.ones(2)
         mpicomm.all_reduce(x, group=sub)
-        assert (x == sub.size).all()
-        n = 3 if sub.rank == 0 else 2
+        assert (x == sub.size()).all()
+        n = 3 if sub.rank() == 0 else 2
         with pytest.raises(CrossRankMismatchError) as info:
             mpicomm.all_reduce(np.zeros(n), group=sub)
         everyone = sub.comm.allgather(str(info.value))
-        assert everyone == [str(info.value)] * sub.size
+        assert everyone == [str(info.value)] * sub.size()
         assert "count" in str(info.value)
     finally:
         mpicomm.destroy_process_group(sub)
@@ -460,7 +460,7 @@ def test_validation_flag_is_per_call(world: mpicomm.ProcessGroup) -> None:
         assert not mpicomm.is_validation_enabled()
         x = np.ones(2)
         mpicomm.all_reduce(x)
-        assert (x == world.size).all()
+        assert (x == world.size()).all()
     finally:
         mpicomm.set_validation(True)
     assert mpicomm.is_validation_enabled()

@@ -165,7 +165,7 @@ def _same_arrays(got: list[Any], want: list[np.ndarray]) -> bool:
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("name", list(CASES))
 def test_async_collective_wait_returns_true_and_result_gives_outputs(world, rng, name):
-    started = CASES[name](world.size, world.rank, rng)
+    started = CASES[name](world.size(), world.rank(), rng)
     assert isinstance(started.work, mpicomm.Work)
     assert started.work.wait() is True
     started.check()
@@ -178,7 +178,7 @@ def test_async_collective_wait_returns_true_and_result_gives_outputs(world, rng,
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("name", list(CASES))
 def test_async_collective_is_completed_eventually_turns_true(world, rng, name):
-    started = CASES[name](world.size, world.rank, rng)
+    started = CASES[name](world.size(), world.rank(), rng)
     polls = 0
     while not started.work.is_completed():  # each poll drives MPI's progress
         polls += 1
@@ -190,7 +190,7 @@ def test_async_collective_is_completed_eventually_turns_true(world, rng, name):
 
 @pytest.mark.mpi(min_size=1)
 def test_many_outstanding_collectives_complete_in_any_wait_order(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     started = [CASES[name](w, r, rng) for name in CASES]
     for s in reversed(started):
         assert s.work.wait()
@@ -200,7 +200,7 @@ def test_many_outstanding_collectives_complete_in_any_wait_order(world, rng):
 
 @pytest.mark.mpi(min_size=1)
 def test_two_async_all_gathers_in_flight_keep_their_messages_apart(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     first, second = rng.standard_normal((w, 3)), rng.standard_normal((w, 2))
     outs1, outs2 = [np.empty(3) for _ in range(w)], [np.empty(2) for _ in range(w)]
     w1 = mpicomm.all_gather(outs1, first[r], async_op=True)
@@ -213,7 +213,7 @@ def test_two_async_all_gathers_in_flight_keep_their_messages_apart(world, rng):
 
 @pytest.mark.mpi(min_size=1)
 def test_two_async_reduce_scatters_in_flight_keep_their_messages_apart(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     first = rng.integers(0, 9, (w, w, 3)).astype(np.float64)  # first[k][i]: rank k's piece for i
     second = rng.integers(0, 9, (w, w, 1)).astype(np.float64)
     out1, out2 = np.empty(3), np.empty(1)
@@ -227,7 +227,7 @@ def test_two_async_reduce_scatters_in_flight_keep_their_messages_apart(world, rn
 
 @pytest.mark.mpi(min_size=2)
 def test_async_point_to_point_work_reports_source_and_result(world, rng):
-    w, r = world.size, world.rank
+    w, r = world.size(), world.rank()
     data = rng.standard_normal((w, 3))
     if r == 0:
         bufs = [np.empty(3) for _ in range(1, w)]
@@ -249,7 +249,7 @@ def test_async_point_to_point_work_reports_source_and_result(world, rng):
 @pytest.mark.parametrize("name", [n for n in CASES if n != "barrier"])
 def test_async_work_keeps_its_buffers_alive_until_it_completes(world, rng, name):
     # Work's contract: the caller may drop its references once the call is started
-    started = CASES[name](world.size, world.rank, rng)
+    started = CASES[name](world.size(), world.rank(), rng)
     refs = [weakref.ref(b.base if b.base is not None else b) for b in started.buffers]
     work = started.work
     del started  # drops every reference of the test's own, the value check's closure included

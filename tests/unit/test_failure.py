@@ -305,7 +305,7 @@ def test_validation_switched_on_by_environment(tmp_path: Path) -> None:
         import numpy as np
         import mpicomm
 
-        rank = mpicomm.init().rank
+        rank = mpicomm.init().rank()
         assert mpicomm.is_validation_enabled()
         try:
             mpicomm.all_reduce(np.zeros(2 + rank))
@@ -368,8 +368,8 @@ FAILS_ON_RANK_ONE = """
 
     @pytest.mark.mpi(min_size=2)
     def test_fails_on_rank_one(world):
-        if os.environ.get("FAIL_ON_RANK_ONE") and world.rank == 1:
-            assert world.rank == 0, "rank one disagrees with the others"
+        if os.environ.get("FAIL_ON_RANK_ONE") and world.rank() == 1:
+            assert world.rank() == 0, "rank one disagrees with the others"
         mpicomm.barrier()
 
     @pytest.mark.mpi(min_size=2)
@@ -408,7 +408,7 @@ DEADLOCK = """
 
     @pytest.mark.mpi(min_size=2)
     def test_rank_zero_skips_the_barrier(world):
-        if world.rank != 0:
+        if world.rank() != 0:
             mpicomm.barrier()
 """
 
@@ -442,7 +442,7 @@ def test_harness_notices_ranks_that_ran_different_tests(tmp_path: Path) -> None:
 
         @pytest.mark.mpi(min_size=2)
         def test_skipped_on_rank_one(world):
-            if world.rank == 1:
+            if world.rank() == 1:
                 pytest.skip("only rank 1 skips")
     """
     job = harness(tmp_path, tests)

@@ -58,7 +58,7 @@ class RankInput:
             weights = np.concatenate(wflat) if wflat else np.empty(0, np.float32)
         spkpr = [[len(self.rows[k])] for k in self.keys] if self.vbe else None
         stride = None if self.vbe or self.keys else self.stride
-        return KeyedJaggedArray(self.keys, values, lengths, weights=weights, stride=stride,
+        return KeyedJaggedArray(self.keys, values, lengths=lengths, weights=weights, stride=stride,
                                 stride_per_key_per_rank=spkpr)  # fmt: skip
 
 

@@ -326,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     world = mpicomm.init()
     mpicomm.set_validation(False)  # validation adds an allgather per call: not what we measure
     ctl = world.comm.Dup()  # barriers and time reductions stay off the measured communicator
-    env = Env(world.comm, world.rank, world.size)
+    env = Env(world.comm, world.rank(), world.size())
     info = machine(ctl)
     if env.rank == 0:
         print(

@@ -1,0 +1,387 @@
+"""torch.distributed's set-up names: ``init_process_group``, ``group.WORLD``, ``new_subgroups``, ...
+
+So that a torch.distributed script runs with ``import mpicomm as dist``. MPI's launcher (``mpiexec``,
+``srun``) has already done what torch's rendezvous does, so ``init_method``, ``store`` and the
+environment variables torchrun sets are not needed; the ones given are checked against MPI.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+from .. import _mpi
+from ..errors import ArgumentError, ArgumentTypeError, GroupError
+from .groups import (
+    DefaultGroupError,
+    ProcessGroup,
+    _check_ranks,
+    _State,
+    check_backend,
+    destroy_process_group,
+    init,
+    new_group,
+    new_node_group,
+    resolve,
+    timeout_seconds,
+)
+
+__all__ = [
+    "GroupMember",
+    "get_backend",
+    "get_node_local_rank",
+    "get_process_group_ranks",
+    "group",
+    "init_process_group",
+    "is_available",
+    "is_mpi_available",
+    "new_subgroups",
+    "new_subgroups_by_enumeration",
+]
+
+# Launchers' node-local rank variables, torchrun's first.
+_LOCAL_RANK_VARS = (
+    "LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "PMI_LOCAL_RANK",
+    "SLURM_LOCALID",
+)
+
+
+def init_process_group(
+    backend: str | None = None,
+    init_method: str | None = None,
+    timeout: datetime.timedelta | float | None = None,
+    world_size: int = -1,
+    rank: int = -1,
+    store: Any = None,
+    group_name: str = "",
+    pg_options: Any = None,
+    device_id: Any = None,
+) -> None:
+    """Start the default group on ``MPI.COMM_WORLD`` (torch.distributed's signature).
+
+    Calling it is optional: collectives start the default group on first use. ``world_size`` and
+    ``rank``, when given, must be MPI's; ``init_method``, ``pg_options`` and ``device_id`` are accepted
+    and not needed (the MPI launcher did the rendezvous).
+
+    Args:
+        backend: ``None`` or ``"mpi"``.
+        init_method: Accepted (``"env://"``, ``"tcp://..."``) and not used.
+        timeout: A ``timedelta`` or seconds; checked, not used (MPI has no collective timeout).
+        world_size: -1, or the number of MPI processes.
+        rank: -1, or this process's MPI rank.
+        store: Must be None: there is no torch Store without torch.
+        group_name: Accepted and not used.
+        pg_options: Accepted and not used.
+        device_id: Accepted and not used (see :func:`mpicomm.gpu.device.bind_device` for GPUs).
+
+    Raises:
+        DefaultGroupError: the default group is already initialised (as torch raises).
+        ArgumentError: a backend other than MPI, or a rank or world size that is not MPI's.
+        ArgumentTypeError: arguments of the wrong type.
+
+    Example:
+        >>> import mpicomm as dist
+        >>> if not dist.is_initialized():
+        ...     dist.init_process_group(backend="mpi")
+        >>> dist.get_backend()
+        'mpi'
+    """
+    fn = "init_process_group"
+    if _State.world is not None:
+        raise DefaultGroupError(
+            f"{fn}: trying to initialize the default process group twice; expected one call"
+        )
+    check_backend(backend, fn)
+    timeout_seconds(timeout, fn)
+    for name, value in (("init_method", init_method), ("group_name", group_name)):
+        if value is not None and not isinstance(value, str):
+            raise ArgumentTypeError(f"{fn}: {name} is {value!r}; expected a str or None")
+    if store is not None:
+        raise ArgumentError(f"{fn}: store is {store!r}; expected None (MPI's launcher does the rendezvous)")
+    size, me = _mpi_world()
+    _check_given(fn, "world_size", world_size, size, "the number of MPI processes")
+    _check_given(fn, "rank", rank, me, "this process's MPI rank")
+    init()
+
+
+def _mpi_world() -> tuple[int, int]:
+    _mpi.load()
+    MPI = _mpi.MPI
+    if not MPI.Is_initialized():
+        MPI.Init_thread()
+    return MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank()
+
+
+def _check_given(fn: str, name: str, value: object, actual: int, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"{fn}: {name} is {value!r}; expected an int")
+    if value not in (-1, actual):
+        raise ArgumentError(f"{fn}: {name} is {value}; expected -1 or {actual} ({what})")
+
+
+def is_available() -> bool:
+    """Whether mpicomm can communicate: mpi4py imports (starts nothing).
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.is_available()
+        True
+    """
+    try:
+        _mpi.load()
+    except ImportError:
+        return False
+    return True
+
+
+def is_mpi_available() -> bool:
+    """Whether the MPI backend is available; the same as :func:`is_available` (MPI is the only one).
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.is_mpi_available()
+        True
+    """
+    return is_available()
+
+
+def get_backend(group: ProcessGroup | None = None) -> str:
+    """The backend of ``group``: always ``"mpi"``.
+
+    Args:
+        group: The process group; ``None`` for the world.
+
+    Returns:
+        ``"mpi"``.
+
+    Raises:
+        ArgumentError: this rank is not a member of ``group`` (torch raises ValueError too).
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.get_backend()
+        'mpi'
+    """
+    g = resolve(group, "get_backend")
+    if not g.is_member:
+        raise ArgumentError(f"get_backend: this rank is not a member of group {g.name}; expected a member")
+    return "mpi"
+
+
+def get_process_group_ranks(group: ProcessGroup | None) -> list[int]:
+    """The world ranks of ``group``'s members, in group-rank order.
+
+    Args:
+        group: The process group; ``None`` for the world.
+
+    Returns:
+        A new list of world ranks.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.get_process_group_ranks(None) == list(range(mpicomm.get_world_size()))
+        True
+    """
+    return list(resolve(group, "get_process_group_ranks").ranks)
+
+
+def get_node_local_rank(fallback_rank: int | None = None) -> int:
+    """This process's rank on its node, from the launcher's environment (starts nothing).
+
+    Reads ``LOCAL_RANK`` (torchrun), then the MPI launchers' variables (``MPI_LOCALRANKID`` of
+    MPICH's hydra, ``OMPI_COMM_WORLD_LOCAL_RANK``, ``MV2_COMM_WORLD_LOCAL_RANK``,
+    ``PMI_LOCAL_RANK``, ``SLURM_LOCALID``); torch reads only the first. For the node-local rank
+    from MPI itself, use :func:`mpicomm.new_node_group` (a collective call).
+
+    Args:
+        fallback_rank: Returned when no variable is set.
+
+    Returns:
+        The node-local rank.
+
+    Raises:
+        GroupError: no variable is set and no ``fallback_rank`` given (a RuntimeError, as torch's).
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.get_node_local_rank(fallback_rank=0) >= 0
+        True
+    """
+    for name in _LOCAL_RANK_VARS:
+        text = os.environ.get(name)
+        if text is not None and text.strip().isdigit():
+            return int(text)
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise GroupError(
+        f"get_node_local_rank: none of {', '.join(_LOCAL_RANK_VARS)} is in the environment; expected a "
+        "launcher that sets one, or fallback_rank=..."
+    )
+
+
+class _NonGroupMember:
+    """torch's ``GroupMember.NON_GROUP_MEMBER``: equal to every group this rank is not a member of."""
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or (isinstance(other, ProcessGroup) and not other.is_member)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return "GroupMember.NON_GROUP_MEMBER"
+
+
+class _WorldMeta(type):
+    @property
+    def WORLD(cls) -> ProcessGroup | None:  # noqa: N802 - torch's name
+        """The default group, or None before it is initialised (torch's ``group.WORLD``)."""
+        return _State.world
+
+
+class group(metaclass=_WorldMeta):  # noqa: N801 - torch's name
+    """torch's ``group`` namespace: ``group.WORLD`` is the default group (None before init).
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.group.WORLD is mpicomm.init()
+        True
+    """
+
+
+class GroupMember(metaclass=_WorldMeta):
+    """torch's ``GroupMember``: ``WORLD`` and ``NON_GROUP_MEMBER``.
+
+    mpicomm gives a non-member rank a :class:`ProcessGroup` on which every call does nothing, not a
+    sentinel; ``NON_GROUP_MEMBER`` compares equal (``==``, not ``is``) to such a group.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.GroupMember.WORLD == mpicomm.GroupMember.NON_GROUP_MEMBER
+        False
+    """
+
+    NON_GROUP_MEMBER = _NonGroupMember()
+
+
+def new_subgroups(
+    group_size: int | None = None,
+    group: ProcessGroup | None = None,
+    timeout: datetime.timedelta | float | None = None,
+    backend: str | None = None,
+    pg_options: Any = None,
+    group_desc: str | None = None,
+) -> tuple[ProcessGroup | None, list[ProcessGroup]]:
+    """Cut the world (or ``group``) into equal consecutive subgroups; every world rank calls it.
+
+    Args:
+        group_size: Ranks per subgroup; it must divide the group size. ``None`` takes the ranks per
+            node (torch takes the GPUs per node); every node must have as many.
+        group: The group to cut; ``None`` for the world.
+        timeout: Accepted for torch compatibility and not used.
+        backend: ``None`` or ``"mpi"``.
+        pg_options: Accepted and not used.
+        group_desc: Prefix of the subgroups' names.
+
+    Returns:
+        ``(this rank's subgroup, every subgroup)``; the first is None on a rank outside ``group``.
+
+    Raises:
+        ArgumentError: ``group_size`` not positive, larger than the group, or not a divisor of it.
+
+    Example:
+        >>> import mpicomm
+        >>> mine, every = mpicomm.new_subgroups(1)
+        >>> mine.size(), len(every) == mpicomm.get_world_size()
+        (1, True)
+    """
+    fn = "new_subgroups"
+    check_backend(backend, fn)
+    timeout_seconds(timeout, fn)
+    parent = resolve(group, fn)
+    size = len(parent.ranks)
+    if group_size is None:
+        group_size = _ranks_per_node(fn)
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise ArgumentTypeError(f"{fn}: group_size is {group_size!r}; expected an int")
+    if not 0 < group_size <= size or size % group_size:
+        raise ArgumentError(
+            f"{fn}: group_size is {group_size}; expected a positive divisor of {size} (the group size)"
+        )
+    lists = [parent.ranks[i : i + group_size] for i in range(0, size, group_size)]
+    return _make(lists, group_desc or "subgroup")
+
+
+def _ranks_per_node(fn: str) -> int:
+    world = resolve(None, fn)
+    node = new_node_group(world)
+    sizes = world.comm.allgather(node.size())
+    destroy_process_group(node)
+    if len(set(sizes)) != 1:
+        raise ArgumentError(
+            f"{fn}: group_size is None and the nodes have {sorted(set(sizes))} ranks; expected the same "
+            "number on every node, or an explicit group_size"
+        )
+    return int(sizes[0])
+
+
+def new_subgroups_by_enumeration(
+    ranks_per_subgroup_list: list[list[int]],
+    timeout: datetime.timedelta | float | None = None,
+    backend: str | None = None,
+    pg_options: Any = None,
+    group_desc: str | None = None,
+) -> tuple[ProcessGroup | None, list[ProcessGroup]]:
+    """Make one subgroup per list of world ranks; every world rank calls it.
+
+    Args:
+        ranks_per_subgroup_list: Disjoint lists of world ranks.
+        timeout: Accepted for torch compatibility and not used.
+        backend: ``None`` or ``"mpi"``.
+        pg_options: Accepted and not used.
+        group_desc: Prefix of the subgroups' names.
+
+    Returns:
+        ``(this rank's subgroup or None, every subgroup)``.
+
+    Raises:
+        ArgumentError: an empty list, a bad rank, or a rank in two subgroups.
+
+    Example:
+        >>> import mpicomm
+        >>> w = mpicomm.get_world_size()
+        >>> mine, every = mpicomm.new_subgroups_by_enumeration([[r] for r in range(w)])
+        >>> mine.ranks == [mpicomm.get_rank()]
+        True
+    """
+    fn = "new_subgroups_by_enumeration"
+    check_backend(backend, fn)
+    timeout_seconds(timeout, fn)
+    if not isinstance(ranks_per_subgroup_list, (list, tuple)) or not ranks_per_subgroup_list:
+        raise ArgumentError(
+            f"{fn}: ranks_per_subgroup_list is {ranks_per_subgroup_list!r}; "
+            "expected a non-empty list of lists"
+        )
+    size = resolve(None, fn).size()
+    lists = [_check_ranks(ranks, size, fn) for ranks in ranks_per_subgroup_list]
+    seen: dict[int, int] = {}
+    for i, ranks in enumerate(lists):
+        for r in ranks:
+            if r in seen:
+                raise ArgumentError(
+                    f"{fn}: rank {r} is in subgroup {seen[r]} and in subgroup {i}; "
+                    "expected disjoint subgroups"
+                )
+            seen[r] = i
+    return _make(lists, group_desc or "subgroup")
+
+
+def _make(lists: list[list[int]], prefix: str) -> tuple[ProcessGroup | None, list[ProcessGroup]]:
+    every = [new_group(ranks, group_desc=f"{prefix}{i}") for i, ranks in enumerate(lists)]
+    mine = next((g for g in every if g.is_member), None)
+    return mine, every

@@ -1,0 +1,138 @@
+"""Barriers with a timeout: ``monitored_barrier`` (names the missing ranks) and ``barrier(timeout=)``.
+
+A barrier that times out cannot be taken back in MPI: the error is raised, and an uncaught error ends
+the whole job (mpicomm's abort hook), which is what a user who sets a timeout wants.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import _mpi
+from ..core.groups import ProcessGroup, resolve, timeout_seconds, warn_non_member
+from ..errors import CommunicationError
+
+__all__ = ["monitored_barrier", "timed_barrier", "wait_until"]
+
+#: Tag of monitored_barrier's messages on a group's internal communicator.
+TAG = 20280
+#: torch's default process-group timeout.
+DEFAULT_TIMEOUT = 1800.0
+_POLL = 0.0005
+
+
+def wait_until(requests: list[Any], deadline: float) -> list[bool]:
+    """Poll ``requests`` until all complete or ``time.monotonic()`` passes ``deadline``.
+
+    Args:
+        requests: MPI requests.
+        deadline: A ``time.monotonic()`` value.
+
+    Returns:
+        Which requests completed, in order.
+    """
+    done = [False] * len(requests)
+    while True:
+        for i, req in enumerate(requests):
+            if not done[i]:
+                done[i] = bool(req.Test())
+        if all(done) or time.monotonic() > deadline:
+            return done
+        time.sleep(_POLL)
+
+
+def monitored_barrier(
+    group: ProcessGroup | None = None,
+    timeout: datetime.timedelta | float | None = None,
+    wait_all_ranks: bool = False,
+) -> None:
+    """A barrier that tells which ranks did not arrive within ``timeout`` (torch.distributed's).
+
+    Group rank 0 waits for a message from every other rank, then answers each. If some did not
+    arrive in time, rank 0 raises naming them (all of them: MPI waits for every rank at once, so
+    ``wait_all_ranks`` changes nothing) and the ranks that did arrive raise too, naming the same
+    ranks. A rank that gets no answer from rank 0 within twice ``timeout`` raises naming rank 0.
+
+    Args:
+        group: The process group; ``None`` for the world.
+        timeout: A ``timedelta`` or seconds; ``None`` for torch's default, 30 minutes.
+        wait_all_ranks: Accepted for torch compatibility; every missing rank is always named.
+
+    Raises:
+        CommunicationError: ranks did not arrive in time (a RuntimeError, as torch's).
+        ArgumentTypeError: a bad ``timeout``.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.monitored_barrier(timeout=60)
+    """
+    fn = "monitored_barrier"
+    seconds = timeout_seconds(timeout, fn)
+    g = resolve(group, fn)
+    if g.comm is None:
+        warn_non_member(g, fn)
+        return
+    if g.size() == 1:
+        return
+    limit = DEFAULT_TIMEOUT if seconds is None else seconds
+    if g.rank() == 0:
+        _collect(g, limit, fn)
+    else:
+        _report(g, limit, fn)
+
+
+def _collect(g: ProcessGroup, limit: float, fn: str) -> None:
+    comm, peers = g.internal, range(1, g.size())
+    tokens = np.zeros((g.size(), 1), np.int64)
+    requests = [comm.Irecv([tokens[p], _mpi.MPI.INT64_T], p, TAG) for p in peers]
+    arrived = wait_until(requests, time.monotonic() + limit)
+    missing = [g.ranks[p] for p, ok in zip(peers, arrived, strict=True) if not ok]
+    for req, ok in zip(requests, arrived, strict=True):
+        if not ok:  # so that a late rank's message is not taken by a later monitored_barrier
+            req.Cancel()
+            req.Wait()
+    answer = np.array([len(missing), *missing] + [0] * (g.size() - 1 - len(missing)), np.int64)
+    sends = [
+        comm.Isend([answer, _mpi.MPI.INT64_T], p, TAG) for p, ok in zip(peers, arrived, strict=True) if ok
+    ]
+    _mpi.MPI.Request.Waitall(sends)
+    if missing:
+        raise CommunicationError(
+            f"{fn}: world ranks {missing} of group {g.name} did not arrive within {limit:g} s; "
+            "expected every rank of the group"
+        )
+
+
+def _report(g: ProcessGroup, limit: float, fn: str) -> None:
+    comm = g.internal
+    token, answer = np.ones(1, np.int64), np.zeros(g.size(), np.int64)
+    send = comm.Isend([token, _mpi.MPI.INT64_T], 0, TAG)
+    recv = comm.Irecv([answer, _mpi.MPI.INT64_T], 0, TAG)
+    if not all(wait_until([send, recv], time.monotonic() + 2 * limit)):
+        raise CommunicationError(
+            f"{fn}: group rank 0 (world rank {g.ranks[0]}) of group {g.name} did not answer within "
+            f"{2 * limit:g} s; expected it to arrive"
+        )
+    if answer[0]:
+        missing = answer[1 : 1 + answer[0]].tolist()
+        raise CommunicationError(
+            f"{fn}: world ranks {missing} of group {g.name} did not arrive within {limit:g} s "
+            f"(reported by world rank {g.ranks[0]}); expected every rank of the group"
+        )
+
+
+def timed_barrier(g: ProcessGroup, seconds: float) -> None:
+    """``barrier(timeout=...)``: an ``MPI_Ibarrier`` polled until it completes or time runs out.
+
+    Raises:
+        CommunicationError: it did not complete within ``seconds``.
+    """
+    if not wait_until([g.comm.Ibarrier()], time.monotonic() + seconds)[0]:
+        raise CommunicationError(
+            f"barrier: not every rank of group {g.name} entered within {seconds:g} s; expected all of them "
+            "(monitored_barrier names the missing ranks)"
+        )
