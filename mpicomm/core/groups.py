@@ -295,6 +295,7 @@ def new_group(
     pg_options: Any = None,
     use_local_synchronization: bool = False,
     group_desc: str | None = None,
+    device_id: Any = None,
 ) -> ProcessGroup:
     """Make a group of the given world ranks (torch.distributed's signature).
 
@@ -312,6 +313,7 @@ def new_group(
         pg_options: Accepted for torch compatibility and not used.
         use_local_synchronization: Only the members call this function.
         group_desc: A name for the group in messages and ``repr`` (default ``groupN``).
+        device_id: Accepted for torch compatibility and not used.
 
     Returns:
         The new group.

@@ -64,9 +64,10 @@ def init_process_group(
 ) -> None:
     """Start the default group on ``MPI.COMM_WORLD`` (torch.distributed's signature).
 
-    Calling it is optional: collectives start the default group on first use. ``world_size`` and
-    ``rank``, when given, must be MPI's; ``init_method``, ``pg_options`` and ``device_id`` are accepted
-    and not needed (the MPI launcher did the rendezvous).
+    Calling it is optional: collectives start the default group on first use, and a default group
+    started that way (or by :func:`init`) is taken over; only a second ``init_process_group`` raises,
+    as in torch. ``world_size`` and ``rank``, when given, must be MPI's; ``init_method``,
+    ``pg_options`` and ``device_id`` are accepted and not needed (the MPI launcher did the rendezvous).
 
     Args:
         backend: ``None`` or ``"mpi"``.
@@ -92,7 +93,7 @@ def init_process_group(
         'mpi'
     """
     fn = "init_process_group"
-    if _State.world is not None:
+    if _State.world is not None and _State.world is _Explicit.world:
         raise DefaultGroupError(
             f"{fn}: trying to initialize the default process group twice; expected one call"
         )
@@ -106,7 +107,13 @@ def init_process_group(
     size, me = _mpi_world()
     _check_given(fn, "world_size", world_size, size, "the number of MPI processes")
     _check_given(fn, "rank", rank, me, "this process's MPI rank")
-    init()
+    _Explicit.world = init()
+
+
+class _Explicit:
+    """The default group the last init_process_group started or took over (a second call raises)."""
+
+    world: ProcessGroup | None = None
 
 
 def _mpi_world() -> tuple[int, int]:
