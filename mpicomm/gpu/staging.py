@@ -337,7 +337,7 @@ class ChunkPlan:
 
     @property
     def buffer_bytes(self) -> int:
-        """The size each staging buffer needs: the largest chunk (0 for an empty message)."""
+        """The size each staging buffer needs, that is the largest chunk (0 for an empty message)."""
         return min(self.chunk_bytes, self.nbytes)
 
 
