@@ -164,11 +164,13 @@ def _cd_lines(relative: str) -> list[str]:
     """Shell lines that change to ``relative`` from the script's own directory, wherever it was submitted.
 
     sbatch runs a copy of the script from its spool directory, so the original path comes from
-    ``scontrol show job`` (its ``Command=``); run with ``bash`` instead, from ``BASH_SOURCE``.
+    ``scontrol show job`` (its ``Command=``); run with ``bash`` instead, from ``BASH_SOURCE``. When
+    neither names an existing file (a script piped into sbatch), the job stays in the submit directory.
     """
     return [
         f"# run in {relative} from this script's directory, wherever it is submitted from",
         'script=$({ scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null || true; } '
         "| sed -n 's/^ *Command=\\([^ ]*\\).*/\\1/p')",
-        f'cd "$(dirname "${{script:-${{BASH_SOURCE[0]}}}}")/{relative}"',
+        '[ -n "${SLURM_JOB_ID:-}" ] || script=${BASH_SOURCE[0]}',
+        f'if [ -f "$script" ]; then cd "$(dirname "$script")/{relative}"; fi',
     ]
