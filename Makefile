@@ -103,8 +103,8 @@ lint: venv ## ruff check and format check
 typecheck: venv ## mypy (strict) on the package
 	$(BIN)/mypy
 
-docs: venv ## Sphinx HTML into docs/_build/html, warnings are errors
-	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+docs: venv ## Sphinx HTML into docs/_build/html, nitpicky (-n), warnings are errors
+	$(BIN)/sphinx-build -n -W --keep-going -q -b html docs docs/_build/html
 
 bench: venv ## the benchmark against raw mpi4py on BENCH_NP ranks (default 2), JSON in bench-results/
 	mkdir -p bench-results

@@ -76,9 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["plan", "--nodes", "1", "--ntasks-per-node", "2", "--quiet"])
         0
     """
+    from .errors import MPIUnavailableError
+
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in _COMMANDS:  # each program parses its own options, --help included
-        return _program(args[0])(args[1:])
+        try:
+            return _program(args[0])(args[1:])
+        except MPIUnavailableError as exc:  # the diagnosis, not a traceback
+            print(exc, file=sys.stderr)
+            return 1
     parser = _parser()
     parser.parse_args(args)
     parser.print_help()

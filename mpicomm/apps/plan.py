@@ -35,6 +35,7 @@ from ..planner import (
     save_plan,
 )
 from ..planner.io import Spec
+from ..planner.render import check_time
 
 __all__ = ["build_parser", "main"]
 
@@ -65,7 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--node-names", metavar="HOSTLIST", help='node names, e.g. "n[1-2]" (adds --nodelist)')
     sb = p.add_argument_group("batch script")
     sb.add_argument("--job-name", help="default: the spec file's name, else mpicomm")
-    sb.add_argument("--time", default="00:10:00", help="time limit (default 00:10:00)")
+    sb.add_argument(
+        "--time",
+        default="00:10:00",
+        type=_time,
+        help="time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (default 00:10:00)",
+    )
     sb.add_argument("--output", default="%x-%j.out", help="output file pattern (default %%x-%%j.out)")
     sb.add_argument("--account", help="default: $MPICOMM_ACCOUNT, else none")
     sb.add_argument("--partition", help="default: $MPICOMM_PARTITION, else none")
@@ -83,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--chart-width", type=int, default=40, help="width of the load bars (default 40)")
     view.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return p
+
+
+def _time(text: str) -> str:
+    try:
+        return check_time(text, "--time", "the time limit")
+    except MpicommError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None
 
 
 def _shape(args: argparse.Namespace, spec: Spec | None) -> JobShape:

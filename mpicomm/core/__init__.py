@@ -3,6 +3,7 @@
 - ``groups``: MPI start-up, the world and sub-groups (each owns a ``Dup`` of its communicator).
 - ``torch_compat``: torch.distributed's set-up names (``init_process_group``, ``group.WORLD``, subgroups).
 - ``buffers``: the one place that knows array kinds: argument checks, dtype -> MPI datatype, layouts.
+- ``layouts``: MPI derived datatypes built from a strided view's strides (cached, freed), for ``buffers``.
 - ``work``: ``Work``, the handle ``async_op=True`` returns.
 - ``validation``: the cross-rank agreement checks of validation mode (``MPICOMM_VALIDATE=1``).
 - ``failure``: the hook that aborts the whole job when one rank dies of an exception.

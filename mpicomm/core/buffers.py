@@ -306,6 +306,40 @@ def check_disjoint_lists(
     arrays = [*outs, *ins]
     if all(a.base is None for a in arrays) and len({id(a) for a in arrays}) == len(arrays):
         return  # distinct arrays that each own their memory cannot overlap
+    if not all(a.flags.c_contiguous for a in arrays):
+        _check_strided_lists(outs, ins, same_ok, fn, out_name, in_name)
+        return
+    spans = [(address(a), address(a) + a.nbytes, f"{out_name}[{i}]", True) for i, a in enumerate(outs)]
+    spans += [(address(a), address(a) + a.nbytes, f"{in_name}[{j}]", False) for j, a in enumerate(ins)]
+    if same_ok is not None:
+        o, i = outs[same_ok[0]], ins[same_ok[1]]
+        if address(o) == address(i) and o.nbytes == i.nbytes:
+            del spans[len(outs) + same_ok[1]]
+    spans = sorted(s for s in spans if s[1] > s[0])
+    out_end, out_name_end = -1, ""
+    any_end, any_name_end = -1, ""
+    for start, end, name, is_out in spans:
+        clash = any_name_end if is_out and start < any_end else out_name_end if start < out_end else None
+        if clash:
+            raise ArgumentError(
+                f"{fn}: {name} overlaps {clash} in memory; expected separate arrays "
+                "(MPI forbids overlapping receive buffers)"
+            )
+        if end > any_end:
+            any_end, any_name_end = end, name
+        if is_out and end > out_end:
+            out_end, out_name_end = end, name
+
+
+def _check_strided_lists(
+    outs: Sequence[np.ndarray],
+    ins: Sequence[np.ndarray],
+    same_ok: tuple[int, int] | None,
+    fn: str,
+    out_name: str,
+    in_name: str,
+) -> None:
+    """:func:`check_disjoint_lists` when some entry is strided: byte ranges that meet are compared exactly."""
     spans = [(*_range(a), f"{out_name}[{i}]", True, a) for i, a in enumerate(outs)]
     spans += [(*_range(a), f"{in_name}[{j}]", False, a) for j, a in enumerate(ins)]
     if same_ok is not None:

@@ -9,7 +9,9 @@ the message starts at the lowest byte the view touches. For messages counted in 
 ``MPI_Type_create_resized`` gives it the extent of dim 0's stride.
 
 Each datatype is committed once and kept in a bounded cache keyed by (dtype, shape, strides); the
-oldest is freed when the cache is full (MPI lets a freed datatype finish the messages that use it).
+oldest is freed when the cache is full (MPI lets a freed datatype finish the messages that use it), and
+the rest when MPI finalizes (an attribute on ``MPI_COMM_SELF`` whose delete callback clears the cache:
+MPI deletes those attributes first thing in ``MPI_Finalize``).
 Views whose elements overlap (a zero stride, ``as_strided`` tricks) cannot be received into; callers
 use a contiguous temporary for them (:func:`regular`).
 """
@@ -107,6 +109,8 @@ def _cached(key: tuple[Any, ...], make: Any) -> Any:
     if dt is not None:
         _CACHE.move_to_end(key)
         return dt
+    if not _Finalize.hooked:
+        _hook_finalize()
     dt = make()
     dt.Commit()
     _CACHE[key] = dt
@@ -181,6 +185,18 @@ def rows(x: np.ndarray, elem: Any, readonly: bool) -> tuple[Any, Any] | None:
 
     dt = _cached(("rows", x.dtype, x.shape[1:], x.strides), make)
     return _mpi.MPI.buffer.fromaddress(start, total, readonly), dt
+
+
+class _Finalize:
+    hooked = False
+
+
+def _hook_finalize() -> None:
+    """Free the cached datatypes at ``MPI_Finalize``, before MPI stops taking calls."""
+    MPI = _mpi.MPI
+    keyval = MPI.Comm.Create_keyval(delete_fn=lambda *_: clear())
+    MPI.COMM_SELF.Set_attr(keyval, True)
+    _Finalize.hooked = True
 
 
 def clear() -> None:

@@ -201,6 +201,7 @@ def _is_own_slot(inp: np.ndarray, out: np.ndarray, rank: int) -> bool:
     return (
         inp.base is not None
         and inp.size > 0
+        and out.flags.c_contiguous  # a strided output's slots are not at rank * nbytes
         and np.may_share_memory(inp, out)
         and inp.flags.c_contiguous
         and address(inp) == address(out) + rank * inp.nbytes

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
+from ..sizes import parse_size
 
 __all__ = [
     "CHUNK_ENV_VAR",
@@ -52,16 +52,6 @@ MIN_CLASS_BYTES = 4 << 10
 
 # A chunk must fit an MPI count of bytes in a C int.
 _MAX_CHUNK_BYTES = 2**31 - 1
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gib": 1 << 30,
-}
 
 #: An allocator takes a byte count and returns a 1-D ``uint8`` host array of that many bytes.
 Allocator = Callable[[int], np.ndarray]
@@ -347,7 +337,7 @@ class ChunkPlan:
 
     @property
     def buffer_bytes(self) -> int:
-        """The size each staging buffer needs: the largest chunk (0 for an empty message)."""
+        """The size each staging buffer needs, that is the largest chunk (0 for an empty message)."""
         return min(self.chunk_bytes, self.nbytes)
 
 
@@ -374,16 +364,9 @@ def chunk_bytes(env: Mapping[str, str] | None = None) -> int:
         1048576
     """
     raw = (os.environ if env is None else env).get(CHUNK_ENV_VAR, "")
-    text = raw.strip().lower()
-    if not text:
+    if not raw.strip():
         return DEFAULT_CHUNK_BYTES
-    match = re.fullmatch(r"(\d+)\s*([a-z]*)", text)
-    if match is None or match.group(2) not in _UNITS:
-        raise ArgumentError(
-            f"chunk_bytes: environment variable {CHUNK_ENV_VAR} is {raw!r}; expected a byte count such as "
-            "4194304, 512K, 4M, 4MiB or 1G"
-        )
-    value = int(match.group(1)) * _UNITS[match.group(2)]
+    value = parse_size(raw, "chunk_bytes", f"environment variable {CHUNK_ENV_VAR}")
     if not 0 < value <= _MAX_CHUNK_BYTES:
         raise ArgumentError(
             f"chunk_bytes: environment variable {CHUNK_ENV_VAR} is {raw!r} ({value} bytes); expected 1 to "

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArgumentError
+from ..sizes import parse_size
 from .layout import JobShape, RankLayout
 from .partitioner import SORT_BY
 from .result import DeviceLoad, Plan
@@ -63,6 +64,14 @@ def _table(data: object, where: str, allowed: set[str], source: str) -> dict[str
     return data
 
 
+def _bytes(value: object, where: str, source: str) -> Any:
+    """A size from the spec: an int, or a string such as ``"80GiB"`` (:func:`mpicomm.sizes.parse_size`).
+
+    Other types go through unchanged, so that the planner's own checks name them.
+    """
+    return parse_size(value, source, where) if isinstance(value, str) else value
+
+
 def _perf(value: object, where: str, source: str) -> Perf:
     if isinstance(value, dict):
         return Perf(**_table(value, where, _PERF_KEYS, source))
@@ -71,7 +80,9 @@ def _perf(value: object, where: str, source: str) -> Perf:
 
 def _shard(data: object, where: str, source: str) -> Shard:
     t = _table(data, where, _SHARD_KEYS, source)
-    storage = Storage(t.get("hbm", 0), t.get("ddr", 0))
+    storage = Storage(
+        _bytes(t.get("hbm", 0), f"{where}.hbm", source), _bytes(t.get("ddr", 0), f"{where}.ddr", source)
+    )
     return Shard(
         storage,
         _perf(t.get("perf", 0.0), f"{where}.perf", source),
@@ -119,6 +130,8 @@ def parse_spec(data: object, source: str = "spec") -> Spec:
     (``sort_by``) and ``[[options]]``: each with ``name``, ``partition_by``, optional ``dependency`` and
     ``within_host``, and either ``shards = [{hbm, ddr, perf, size, offset}, ...]`` or ``num_shards`` with
     one ``hbm``/``ddr``/``perf`` for all of them. A perf is a number or a table of the :class:`Perf` parts.
+    Sizes (``hbm``, ``ddr``, ``hbm_cap``, ``ddr_cap``) are ints of bytes or strings such as ``"80GiB"``
+    or ``"4M"`` (binary units, see :func:`mpicomm.sizes.parse_size`).
 
     Raises:
         ArgumentError: a missing or unknown key, or a bad value; the message names the file and the key.
@@ -129,6 +142,8 @@ def parse_spec(data: object, source: str = "spec") -> Spec:
         ...                                 "num_shards": 3, "ddr": 5}]})
         >>> len(spec.options[0].shards), spec.options[0].total_storage
         (3, Storage(hbm=0, ddr=15))
+        >>> parse_spec({"topology": {"world_size": 1, "ddr_cap": "1GiB"}, "options": []}).topology.ddr_cap
+        1073741824
     """
     doc = _table(data, "the document", {"topology", "job", "planner", "options"}, source)
     if "topology" not in doc:
@@ -136,6 +151,9 @@ def parse_spec(data: object, source: str = "spec") -> Spec:
     topo_args = _table(doc["topology"], "[topology]", _TOPOLOGY_KEYS, source)
     if "world_size" not in topo_args:
         raise ArgumentError(f"{source}: [topology] has no world_size; expected the number of ranks")
+    for cap in ("hbm_cap", "ddr_cap"):
+        if cap in topo_args:
+            topo_args = {**topo_args, cap: _bytes(topo_args[cap], f"[topology] {cap}", source)}
     topology = Topology(**topo_args)
     raw_options = doc.get("options", [])
     if not isinstance(raw_options, list):

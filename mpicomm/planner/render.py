@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from ..errors import ArgumentError, ArgumentTypeError
 from .layout import RankLayout
 
-__all__ = ["render_sbatch"]
+__all__ = ["check_time", "render_sbatch"]
 
 _FN = "render_sbatch"
-_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+_TIME = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})$")
 _PLAIN = re.compile(r"^[A-Za-z0-9_.%@+=:,/-]+$")
 
 
@@ -27,6 +27,32 @@ def _plain(arg: str, value: object, pattern: re.Pattern[str] = _PLAIN) -> str:
             "(it goes into an #SBATCH line)"
         )
     return value
+
+
+def check_time(time: object, fn: str = _FN, arg: str = "time") -> str:
+    """Return ``time`` if it is a Slurm time limit, else raise with the formats Slurm takes.
+
+    Raises:
+        ArgumentTypeError: ``time`` is not a string.
+        ArgumentError: ``time`` is not ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM`` or
+            ``D-HH:MM:SS``.
+
+    Example:
+        >>> check_time("00:10:00"), check_time("1-12")
+        ('00:10:00', '1-12')
+        >>> check_time("banana")
+        Traceback (most recent call last):
+        ...
+        mpicomm.errors.ArgumentError: render_sbatch: time is 'banana'; expected a Slurm time limit: ...
+    """
+    if not isinstance(time, str):
+        raise ArgumentTypeError(f"{fn}: {arg} is {type(time).__name__}; expected a string such as '00:10:00'")
+    if not _TIME.match(time):
+        raise ArgumentError(
+            f"{fn}: {arg} is {time!r}; expected a Slurm time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+            "D-HH:MM:SS (e.g. 30 for half an hour, 00:10:00, 1-12:00:00)"
+        )
+    return time
 
 
 def render_sbatch(
@@ -107,7 +133,7 @@ def render_sbatch(
     sb.append(f"--distribution={shape.distribution}")
     if layout.named:
         sb.append(f"--nodelist={','.join(_plain('node_names', n) for n in layout.node_names)}")
-    sb.append(f"--time={_plain('time', time, _TIME)}")
+    sb.append(f"--time={check_time(time)}")
     sb.append(f"--output={_plain('output', output)}")
     if account:
         sb.append(f"--account={_plain('account', account)}")
@@ -138,11 +164,13 @@ def _cd_lines(relative: str) -> list[str]:
     """Shell lines that change to ``relative`` from the script's own directory, wherever it was submitted.
 
     sbatch runs a copy of the script from its spool directory, so the original path comes from
-    ``scontrol show job`` (its ``Command=``); run with ``bash`` instead, from ``BASH_SOURCE``.
+    ``scontrol show job`` (its ``Command=``); run with ``bash`` instead, from ``BASH_SOURCE``. When
+    neither names an existing file (a script piped into sbatch), the job stays in the submit directory.
     """
     return [
         f"# run in {relative} from this script's directory, wherever it is submitted from",
         'script=$({ scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null || true; } '
         "| sed -n 's/^ *Command=\\([^ ]*\\).*/\\1/p')",
-        f'cd "$(dirname "${{script:-${{BASH_SOURCE[0]}}}}")/{relative}"',
+        '[ -n "${SLURM_JOB_ID:-}" ] || script=${BASH_SOURCE[0]}',
+        f'if [ -f "$script" ]; then cd "$(dirname "$script")/{relative}"; fi',
     ]

@@ -323,7 +323,7 @@ class ShardingOption:
 
     @property
     def group(self) -> tuple[str, str]:
-        """The key that options placed together share: the dependency, else the option's own name.
+        """The key that options placed together share, that is the dependency, else the option's own name.
 
         The two live apart (``("dependency", d)`` and ``("name", n)``), so an option named ``a`` is
         not grouped with options whose dependency is ``"a"``.

@@ -59,3 +59,16 @@ def test_info_prints_the_diagnosis_instead_of_a_traceback() -> None:
     assert "Traceback" not in done.stdout + done.stderr
     assert "MPI:      not available" in done.stdout
     assert NOWHERE in done.stdout and 'pip install "mpicomm[mpich]"' in done.stdout
+
+
+def test_demo_command_without_mpi_prints_the_diagnosis() -> None:
+    done = _run("-m", "mpicomm", "demo", "--quiet")
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("mpicomm: no MPI library could be loaded")
+
+
+def test_plan_command_works_without_mpi() -> None:
+    done = _run("-m", "mpicomm", "plan", "--nodes", "2", "--ntasks-per-node", "2")
+    assert done.returncode == 0, done.stderr
+    assert "node1" in done.stdout

@@ -16,8 +16,8 @@ import mpicomm.planner
 
 PACKAGE = Path(mpicomm.__file__).resolve().parent
 
-#: What each folder may import inside mpicomm (besides itself, ``errors`` and ``_mpi``). Programs ->
-#: data paths -> core: an arrow never points back up.
+#: What each folder may import inside mpicomm (besides itself, ``errors``, ``_mpi`` and ``sizes``).
+#: Programs -> data paths -> core: an arrow never points back up.
 ALLOWED = {
     "core": set(),
     "dense": {"core"},
@@ -27,7 +27,7 @@ ALLOWED = {
     "planner": set(),
     "apps": {"*"},
 }
-SHARED = {"errors", "_mpi"}
+SHARED = {"errors", "_mpi", "sizes"}
 #: The planner's job-side check runs inside the MPI job and uses the public API, imported lazily.
 EXCEPTIONS = {("mpicomm.planner.run_plan", "mpicomm")}
 

@@ -64,6 +64,16 @@ def test_bash_from_another_directory_runs_in_the_repository(generated):
     assert f"cwd={repo}" in out
 
 
+def test_a_piped_script_stays_in_the_submit_directory(generated, tmp_path):
+    repo, fake, elsewhere = generated
+    (fake / "scontrol").write_text('#!/bin/bash\necho "   Command=(null)"\n')
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    shutil.copy(repo / "jobs" / "run.sbatch", spool / "slurm_script")
+    out = _run(spool / "slurm_script", elsewhere, f"{fake}:{os.environ['PATH']}", job=True)
+    assert f"cwd={elsewhere}" in out
+
+
 def test_explicit_chdir_becomes_an_sbatch_directive(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = ["--quiet", "--chdir", "work", "--sbatch", "run.sbatch", "--", "x.py"]
@@ -77,5 +87,5 @@ def test_repository_job_scripts_find_the_repository_root():
     root = Path(__file__).resolve().parents[2]
     for script in sorted((root / "jobs").glob("*.sbatch")):
         text = script.read_text()
-        assert 'cd "$(dirname "${script:-${BASH_SOURCE[0]}}")/.."' in text, script.name
+        assert 'if [ -f "$script" ]; then cd "$(dirname "$script")/.."; fi' in text, script.name
     assert sys.executable  # the scripts' interpreter comes from MPICOMM_PYTHON at submit time

@@ -7,7 +7,6 @@ import contextlib
 import math
 import os
 import platform
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -20,7 +19,8 @@ import numpy as np
 
 import mpicomm
 
-from ... import _mpi
+from ... import _mpi, sizes
+from ...errors import MpicommError
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -273,16 +273,16 @@ def fmt_bw(bw: float | None) -> str:
 
 
 def parse_size(text: str) -> int:
-    """``"64KiB"``, ``"1M"``, ``"8"`` to bytes (binary units); a positive multiple of 4 (float32).
+    """``"64KiB"``, ``"1M"``, ``"8"`` to bytes (:func:`mpicomm.sizes.parse_size`); a positive multiple of 4.
 
     Example:
         >>> parse_size("64KiB"), parse_size("1M"), parse_size("8")
         (65536, 1048576, 8)
     """
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", text, re.IGNORECASE)
-    if not m:
-        raise argparse.ArgumentTypeError(f"size {text!r}; expected e.g. 8, 1KiB, 64K, 16MiB")
-    nbytes = int(m[1]) << {"": 0, "K": 10, "M": 20, "G": 30}[m[2].upper()]
+    try:
+        nbytes = sizes.parse_size(text, "--sizes", "a size")
+    except MpicommError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if nbytes <= 0 or nbytes % 4:
         raise argparse.ArgumentTypeError(
             f"size {text!r} is {nbytes} bytes; expected a positive multiple of 4 (the data is float32)"
