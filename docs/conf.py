@@ -50,6 +50,8 @@ nitpick_ignore = [
         "pathlib.Path",
         "argparse.ArgumentParser",
         "_pickle.UnpicklingError",
+        "collections.Counter",
+        "mpicomm.jagged.keyed_ops._K",  # the type variable of KeyedJaggedArray's class methods
     )
 ] + [("py:attr", "comm")]
 

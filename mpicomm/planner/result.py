@@ -52,7 +52,7 @@ class Plan(Sequence[ShardingOption]):
     """A placement: every shard of every option has its ``rank`` set.
 
     It is also the list of :class:`ShardingOption` that torchrec's ``partition()`` returns: it
-    iterates, has a ``len`` and indexes over :attr:`options`, and compares equal to that list.
+    iterates, has a ``len`` and indexes over ``options``, and compares equal to that list.
     ``print(plan)`` gives a short summary (shards, ranks, load balance, memory, each option's ranks);
     :func:`~mpicomm.planner.format_plan_table` the full per-rank table.
 
