@@ -30,7 +30,7 @@ from ..core.calls import collective
 from ..core.groups import ProcessGroup, _State, init, resolve, root_rank, warn_non_member
 from ..core.reduce_op import ReduceOp, average, premultiply
 from ..core.work import Work
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError, CommunicationError
 from .exchange import REDUCE_SCATTER, exchange
 from .gathers import _check_own_size
 
@@ -118,6 +118,8 @@ def all_reduce(
     except BufferError:
         check_output(tensor, "all_reduce", "tensor")
         raise
+    except _mpi.MPI.Exception as exc:  # the fast path skips @collective, which does this elsewhere
+        raise CommunicationError(f"all_reduce: MPI reported an error: {exc}") from exc
     return None
 
 
