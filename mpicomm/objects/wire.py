@@ -9,7 +9,6 @@ point-to-point messages instead.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core.buffers import displacements
-from ..core.control import allgather_texts, decode
+from ..core.control import allgather_texts, decode, memory_bound
 from .pickling import KINDS, ObjectCollectiveError
 
 if TYPE_CHECKING:
@@ -142,14 +141,6 @@ def recv_envelope(comm: Any, root: int, fn: str = "broadcast_object_list") -> tu
     stream[:inline] = env[hlen : hlen + inline]
     bcast_bytes(comm, stream[inline:], root)
     return header, stream
-
-
-def memory_bound() -> int:
-    """The most bytes a received object may claim: this node's physical memory."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # not every platform names these
-        return 1 << 48
 
 
 def check_counts(fn: str, counts: Sequence[int], sizes: Sequence[int], sender: int | None) -> None:

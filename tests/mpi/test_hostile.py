@@ -229,3 +229,23 @@ def test_a_forged_huge_size_claim_gives_the_same_clear_error_everywhere(world: m
         messages = [message]
     got = MPI.COMM_WORLD.allgather(messages[0])
     assert len(set(got[1:])) == 1
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_forged_jagged_count_is_refused_before_allocating(world: mpicomm.ProcessGroup) -> None:
+    from mpicomm.jagged import jagged_all_to_all
+    from mpicomm.jagged.wire import _DTYPES, _HEADER, _ROWS, _VALUES, _fingerprint
+
+    w = world.size
+    values, lengths = np.ones(w), np.ones(w, np.int64)
+    if world.rank == 0:
+        header = np.zeros((w, _HEADER), I8)
+        header[:, _DTYPES] = _fingerprint(str(lengths.dtype), values.dtype.str, values.shape[1:])
+        header[:, _ROWS], header[:, _VALUES] = 1, 2**50
+        world.internal.Alltoall([header, MPI.INT64_T], [np.empty_like(header), MPI.INT64_T])
+    else:
+        message = raises_everywhere(
+            lambda: jagged_all_to_all(values, lengths, [1] * w), mpicomm.CommunicationError
+        )
+        assert str(2**50) in message and "rank 0" in message
+    MPI.COMM_WORLD.Barrier()
