@@ -120,6 +120,9 @@ def test_error_paths_in_safe_mode_never_unpickle_with_plain_pickle(
 ) -> None:
     with tripwire() as fired:
         _error_paths(world)
+        node = mpicomm.new_node_group()  # its member exchange, too
+        assert world.ranks[world.rank] in node.ranks
+        mpicomm.destroy_process_group(node)
     assert fired == []
 
 
