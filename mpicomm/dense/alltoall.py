@@ -78,16 +78,16 @@ def all_to_all(
     outs = check_array_list(output_tensor_list, fn, "output_tensor_list", g.size, output=True)
     ins = check_array_list(input_tensor_list, fn, "input_tensor_list", g.size, output=False)
     check_same_dtype(outs[0], ins[0], fn, "output_tensor_list", "input_tensor_list")
-    ins = [send_view(a) for a in ins]
     me = g.rank
     if outs[me].size != ins[me].size:
         raise ArgumentError(
             f"{fn}: output_tensor_list[{me}] has {outs[me].size} elements; expected {ins[me].size}, "
             f"the size of input_tensor_list[{me}] (what this rank sends to itself)"
         )
-    check_disjoint_lists(outs, ins, (me, me), fn, "output_tensor_list", "input_tensor_list")
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(ins[0].dtype)}, [a.size for a in ins], [o.size for o in outs])
+    ins = [send_view(a) for a in ins]  # copies of strided inputs only once the sizes are checked
+    check_disjoint_lists(outs, ins, (me, me), fn, "output_tensor_list", "input_tensor_list")
     peers = [p for p in range(g.size) if p != me]
     requests = exchange(g, {p: outs[p] for p in peers}, {p: ins[p] for p in peers}, ALL_TO_ALL)
     copy_own(outs[me], ins[me])

@@ -82,13 +82,14 @@ def all_gather(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    tensor = send_view(check_array(tensor, fn, "tensor"))
+    tensor = check_array(tensor, fn, "tensor")
     outs = check_array_list(tensor_list, fn, "tensor_list", g.size, output=True)
     check_same_dtype(tensor, outs[0], fn, "tensor", "tensor_list")
     _check_own_size(outs[g.rank], tensor, fn, "tensor_list", g.rank)
-    check_disjoint_lists(outs, [tensor], (g.rank, 0), fn, "tensor_list", "tensor")
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size, [o.size for o in outs])
+    tensor = send_view(tensor)  # a copy of a strided input only once the sizes are checked
+    check_disjoint_lists(outs, [tensor], (g.rank, 0), fn, "tensor_list", "tensor")
     me = g.rank
     peers = [p for p in range(g.size) if p != me]
     requests = exchange(g, {p: outs[p] for p in peers}, dict.fromkeys(peers, tensor), ALL_GATHER)
