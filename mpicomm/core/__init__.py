@@ -6,6 +6,10 @@
 - ``layouts``: MPI derived datatypes built from a strided view's strides (cached, freed), for ``buffers``.
 - ``work``: ``Work``, the handle ``async_op=True`` returns.
 - ``validation``: the cross-rank agreement checks of validation mode (``MPICOMM_VALIDATE=1``).
+- ``control``: control messages (error reports, validation records) as int64 words and bounded
+  text, never pickle.
+- ``calls``: ``@collective``: one-rank failures into the validation exchange, MPI errors as
+  ``CommunicationError``, bool flags.
 - ``failure``: the hook that aborts the whole job when one rank dies of an exception.
 - ``reduce_op``: ``ReduceOp`` and the local arithmetic of AVG and PREMUL_SUM.
 

@@ -48,17 +48,29 @@ def collective(
         names = list(signature.parameters)
         flag = names.index("async_op") if "async_op" in names else -1
 
+        state = validation._Flag
+
         @functools.wraps(func)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            before = validation._Flag.exchanges
+            before = state.exchanges
             try:
-                if flag >= 0:
-                    _check_flag(kwargs["async_op"] if "async_op" in kwargs else args[flag : flag + 1], fn)
+                if flag >= 0 and (
+                    kwargs or len(args) > flag
+                ):  # the cheap test first: most calls pass neither
+                    value = (
+                        kwargs["async_op"]
+                        if "async_op" in kwargs
+                        else args[flag]
+                        if len(args) > flag
+                        else False
+                    )
+                    if value is not True and value is not False:
+                        raise ArgumentTypeError(f"{fn}: async_op is {value!r}; expected True or False")
                 return func(*args, **kwargs)
             except Exception as exc:
                 if _is_mpi_error(exc):
                     raise CommunicationError(f"{fn}: MPI reported an error: {_mpi_text(exc)}") from exc
-                if not validated or not validation._Flag.on or validation._Flag.exchanges != before:
+                if not validated or not state.on or state.exchanges != before:
                     raise
                 bound = signature.bind_partial(*args, **kwargs).arguments
                 group = group_of(bound) if group_of is not None else bound.get("group")
@@ -68,16 +80,6 @@ def collective(
         return call
 
     return wrap
-
-
-def _check_flag(value: Any, fn: str) -> None:
-    """``async_op`` is a bool (``value``: the keyword's value, or a tuple of 0 or 1 positional one)."""
-    if type(value) is tuple:
-        if not value:
-            return
-        value = value[0]
-    if value is not True and value is not False:
-        raise ArgumentTypeError(f"{fn}: async_op is {value!r}; expected True or False")
 
 
 def _report(group: Any, fn: str, exc: Exception) -> None:

@@ -9,6 +9,7 @@ unpickle with plain ``pickle``).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -16,12 +17,20 @@ import numpy as np
 from .. import _mpi
 from ..errors import CommunicationError
 
-__all__ = ["MAX_TEXT", "allgather_texts", "bcast_text", "decode"]
+__all__ = ["MAX_TEXT", "allgather_texts", "bcast_text", "decode", "memory_bound"]
 
 #: The longest text one rank sends in a control message, in bytes; a longer one is cut there.
 MAX_TEXT = 1 << 16
 I8 = np.int64
 U8 = np.uint8
+
+
+def memory_bound() -> int:
+    """The most bytes a received header may claim: this node's physical memory."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not every platform names these
+        return 1 << 48
 
 
 def decode(data: Any) -> str:

@@ -429,7 +429,9 @@ def new_node_group(group: ProcessGroup | None = None) -> ProcessGroup:
     if g.comm is None:
         raise GroupError(f"new_node_group: this rank is not a member of group {g.name}")
     comm = g.comm.Split_type(_mpi.MPI.COMM_TYPE_SHARED, key=g.rank())
-    members = [g.ranks[r] for r in comm.allgather(g.rank())]
+    ranks = np.empty(comm.Get_size(), np.int64)  # int64 words, not a pickled allgather (see core.control)
+    comm.Allgather(np.array([g.rank()], np.int64), ranks)
+    members = [g.ranks[r] for r in ranks.tolist()]
     _State.counter += 1
     node = ProcessGroup(comm, members, f"node{_State.counter}")
     _State.groups.append(node)

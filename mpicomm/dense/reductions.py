@@ -36,7 +36,7 @@ from ..core.calls import collective
 from ..core.groups import ProcessGroup, _State, resolve, root_rank, timeout_seconds, warn_non_member
 from ..core.reduce_op import ReduceOp, average, is_half, premultiply
 from ..core.work import Work
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError, CommunicationError
 from .exchange import REDUCE_SCATTER, exchange
 from .gathers import _check_own_size
 from .half import reduce_wide
@@ -127,6 +127,8 @@ def all_reduce(
     except BufferError:
         check_output(tensor, "all_reduce", "tensor")
         raise
+    except _mpi.MPI.Exception as exc:  # the fast path skips @collective, which does this elsewhere
+        raise CommunicationError(f"all_reduce: MPI reported an error: {exc}") from exc
     return None
 
 

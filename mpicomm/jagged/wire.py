@@ -9,8 +9,9 @@ import numpy as np
 
 from .. import _mpi
 from ..core.buffers import check_array, datatype, displacements, row_size, send_view
+from ..core.control import memory_bound
 from ..core.groups import ProcessGroup
-from ..errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError
+from ..errors import ArgumentError, ArgumentTypeError, CommunicationError, CrossRankMismatchError
 from .keyed import _exact_total
 
 # Per-destination int64 fields of the counts message. The first three must be equal on every rank.
@@ -75,7 +76,23 @@ def _exchange_header(g: ProcessGroup, header: np.ndarray, fn: str) -> np.ndarray
     g.internal.Alltoall([header, _mpi.MPI.INT64_T], [received, _mpi.MPI.INT64_T])
     if received[:, : _SPLITS + 1].tobytes() != header[:, : _SPLITS + 1].tobytes():
         _disagree(received, fn)
+    _check_claims(received, fn)
     return received
+
+
+def _check_claims(received: np.ndarray, fn: str) -> None:
+    """Refuse row and value counts that no real peer sends, before anything is allocated for them."""
+    counts = received[:, [_ROWS, _VALUES]]
+    bound = memory_bound()
+    totals = np.sum(counts, axis=0, dtype=object)  # exact: int64 sums of forged counts could wrap
+    if (counts >= 0).all() and max(totals) <= bound:
+        return
+    suspect = (counts < 0).any(axis=1) | (counts > bound).any(axis=1)
+    raise CommunicationError(
+        f"{fn}: the ranks claim to send {counts[:, 0].tolist()} rows and {counts[:, 1].tolist()} values "
+        f"here (first suspect: rank {int(np.argmax(suspect))}); expected non-negative counts within "
+        f"this node's memory ({bound} bytes): a corrupted message or a rank that does not run mpicomm"
+    )
 
 
 def _disagree(received: np.ndarray, fn: str) -> None:

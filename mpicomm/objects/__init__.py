@@ -3,8 +3,10 @@
 - ``collectives``: ``broadcast_object_list``, ``all_gather_object``, ``gather_object``,
   ``scatter_object_list``.
 - ``p2p``: ``send_object_list``, ``recv_object_list``.
-- ``wire``: sizes and status agreement on the wire, large messages in pieces.
-- ``pickling``: pickling with out-of-band arrays, the safe unpickling mode and its allow-list.
+- ``wire``: sizes and status agreement on the wire (headers bounded before allocating), large
+  messages in pieces.
+- ``pickling``: pickling with out-of-band arrays, the safe-mode setting and its allow-list.
+- ``unpickler``: the safe unpickler (allow-list, checked calls, state and memory claims).
 
 May import: ``mpicomm.core``, ``mpicomm.dense`` (point-to-point peers), ``mpicomm.errors``, ``mpicomm._mpi``.
 """

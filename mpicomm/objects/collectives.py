@@ -54,6 +54,7 @@ from .wire import (
     pieces,
     raise_first,
     raise_reports,
+    receive_buffer,
     recv_bytes,
     recv_envelope,
     scatterv,
@@ -144,7 +145,7 @@ def broadcast_object_list(
     kind, n = int(header[0]), int(header[1])
     if kind:
         raise_first([(kind, decode(stream[:MAX_TEXT]))])
-    bufs = [np.empty(int(s), U8) for s in header[4 + n :]]
+    bufs = [receive_buffer(int(s)) for s in header[4 + n :]]
     for b in bufs:
         bcast_bytes(g.comm, b, root)  # taken part in even with a problem here, so the source is not stuck
     got: list[Any] = []
@@ -198,7 +199,7 @@ def _buffer_rounds(
             if r == g.rank():
                 per_rank[r] = _own_copy(buffers)
                 continue
-            per_rank[r] = [np.empty(s, U8) for s in flat[starts[r] : starts[r] + nbufs[r]]]
+            per_rank[r] = [receive_buffer(s) for s in flat[starts[r] : starts[r] + nbufs[r]]]
             requests += [comm.Irecv([p, byte], r, BUF_TAG) for b in per_rank[r] for p in pieces(b)]
     sends = [as_bytes(b) for b in buffers]
     for r in receivers:
@@ -543,7 +544,7 @@ def _scatter_buffers(g: ProcessGroup, buffers: list[list[memoryview]], count: in
         sizes = np.empty(count, I8)
         comm.Recv([sizes, _mpi.MPI.INT64_T], root, TAG)
         check_counts("scatter_object_list", [], sizes.tolist(), root)
-        got = [np.empty(int(s), U8) for s in sizes]
+        got = [receive_buffer(int(s)) for s in sizes]
         for b in got:
             recv_bytes(comm, b, root)
         return got

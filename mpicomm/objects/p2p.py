@@ -19,7 +19,18 @@ from ..dense.p2p import _peer
 from ..errors import ArgumentError
 from .messages import _list_problem, _message, _pickle_list, _start, _unpickle
 from .pickling import ObjectCollectiveError
-from .wire import I8, TAG, U8, as_bytes, check_counts, check_header, raise_first, recv_bytes, send_bytes
+from .wire import (
+    I8,
+    TAG,
+    U8,
+    as_bytes,
+    check_counts,
+    check_header,
+    raise_first,
+    receive_buffer,
+    recv_bytes,
+    send_bytes,
+)
 
 __all__ = ["recv_object_list", "send_object_list"]
 
@@ -161,10 +172,10 @@ def recv_object_list(
         raise ObjectCollectiveError(f"{fn}: rank {sender} sent a {count}-byte header; expected {hlen} bytes")
     header = first[:hlen].view(I8)
     check_header(fn, header, sender)
-    stream = first[hlen:] if count > hlen else np.empty(slen, U8)
+    stream = first[hlen:] if count > hlen else receive_buffer(slen)
     if count <= hlen:
         recv_bytes(comm, stream, sender, P2P_TAG)
-    bufs = [np.empty(int(s), U8) for s in header[4 + n :]]
+    bufs = [receive_buffer(int(s)) for s in header[4 + n :]]
     for b in bufs:
         recv_bytes(comm, b, sender, P2P_TAG)
     if kind:

@@ -9,7 +9,6 @@ point-to-point messages instead.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core.buffers import displacements
-from ..core.control import allgather_texts, decode
+from ..core.control import allgather_texts, decode, memory_bound
 from .pickling import KINDS, ObjectCollectiveError
 
 if TYPE_CHECKING:
@@ -52,6 +51,26 @@ def as_bytes(data: Any) -> np.ndarray:
     if isinstance(data, np.ndarray):
         return data.reshape(-1).view(U8)
     return np.frombuffer(data, U8)
+
+
+#: Receive buffers of at least this many bytes are touched page by page before MPI writes into them.
+PREFAULT_MIN = 1 << 20
+#: Bytes between two touches: one per 4 KiB page (a huge page takes its first touch only).
+PAGE = 4096
+
+
+def receive_buffer(size: int) -> np.ndarray:
+    """A new uint8 buffer of ``size`` bytes to receive into, its pages already mapped.
+
+    Fresh memory is mapped on first touch. Left to MPI, that happens inside the library's pipelined
+    copy, one page fault at a time while the sender waits: a first 2.2 GiB broadcast at 2 ranks ran at
+    0.3 GB/s, a second one (into memory mapped before) at 2.2 GB/s. One write per page first costs
+    far less than the stalls.
+    """
+    out = np.empty(size, U8)
+    if size >= PREFAULT_MIN:
+        out[::PAGE] = 0
+    return out
 
 
 def pieces(buf: np.ndarray) -> list[np.ndarray]:
@@ -118,18 +137,10 @@ def recv_envelope(comm: Any, root: int, fn: str = "broadcast_object_list") -> tu
     check_header(fn, header, root)
     if slen <= inline:
         return header, env[hlen : hlen + slen]
-    stream = np.empty(slen, U8)
+    stream = receive_buffer(slen)
     stream[:inline] = env[hlen : hlen + inline]
     bcast_bytes(comm, stream[inline:], root)
     return header, stream
-
-
-def memory_bound() -> int:
-    """The most bytes a received object may claim: this node's physical memory."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # not every platform names these
-        return 1 << 48
 
 
 def check_counts(fn: str, counts: Sequence[int], sizes: Sequence[int], sender: int | None) -> None:
@@ -166,7 +177,7 @@ def check_header(fn: str, header: np.ndarray, sender: int) -> None:
 def allgatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int]) -> np.ndarray:
     """Every rank's ``send`` (``counts[r]`` bytes from rank r), concatenated in rank order."""
     displs = displacements(counts)
-    out = np.empty(sum(counts), U8)
+    out = receive_buffer(sum(counts))
     if out.size <= INT_MAX:
         byte = _mpi.MPI.BYTE
         g.comm.Allgatherv([send, byte], [out, (list(counts), displs), byte])
@@ -183,14 +194,14 @@ def gatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int], root: int)
     total = sum(counts)
     byte = _mpi.MPI.BYTE
     if total <= INT_MAX:
-        out = np.empty(total, U8) if g.rank() == root else None
+        out = receive_buffer(total) if g.rank() == root else None
         recv = [out, (list(counts), displs), byte] if out is not None else None
         g.comm.Gatherv([send, byte], recv, root)
         return out
     if g.rank() != root:
         send_bytes(g.internal, send, root)
         return None
-    out = np.empty(total, U8)
+    out = receive_buffer(total)
     for r, (start, count) in enumerate(zip(displs, counts, strict=True)):
         part = out[start : start + count]
         if r == root:
@@ -207,7 +218,7 @@ def scatterv(
 
     ``total`` is the sum of all parts, known to every rank.
     """
-    out = np.empty(count, U8)
+    out = receive_buffer(count)
     byte = _mpi.MPI.BYTE
     if total <= INT_MAX:
         if parts is None:

@@ -67,10 +67,14 @@ def _size_mistakes(w: int) -> dict[str, Callable[[], Any]]:
         "all_to_all_single": lambda: mpicomm.all_to_all_single(np.empty(w), big),
         "all_gather_into_tensor": lambda: mpicomm.all_gather_into_tensor(np.empty(w), big),
         "reduce_scatter_tensor": lambda: mpicomm.reduce_scatter_tensor(np.empty(1), big),
+        "all_to_all": lambda: mpicomm.all_to_all([np.empty(1) for _ in range(w)], [big] * w),
+        "all_gather": lambda: mpicomm.all_gather([np.empty(1) for _ in range(w)], big),
     }
 
 
-@pytest.mark.parametrize("fn", ["all_to_all_single", "all_gather_into_tensor", "reduce_scatter_tensor"])
+@pytest.mark.parametrize(
+    "fn", ["all_to_all_single", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all", "all_gather"]
+)
 def test_sizes_are_checked_before_a_strided_input_is_copied(world: mpicomm.ProcessGroup, fn: str) -> None:
     call = _size_mistakes(world.size())[fn]
     tracemalloc.start()

@@ -120,6 +120,9 @@ def test_error_paths_in_safe_mode_never_unpickle_with_plain_pickle(
 ) -> None:
     with tripwire() as fired:
         _error_paths(world)
+        node = mpicomm.new_node_group()  # its member exchange, too
+        assert world.ranks[world.rank()] in node.ranks
+        mpicomm.destroy_process_group(node)
     assert fired == []
 
 
@@ -229,3 +232,50 @@ def test_a_forged_huge_size_claim_gives_the_same_clear_error_everywhere(world: m
         messages = [message]
     got = MPI.COMM_WORLD.allgather(messages[0])
     assert len(set(got[1:])) == 1
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_forged_jagged_count_is_refused_before_allocating(world: mpicomm.ProcessGroup) -> None:
+    from mpicomm.jagged import jagged_all_to_all
+    from mpicomm.jagged.wire import _DTYPES, _HEADER, _ROWS, _VALUES, _fingerprint
+
+    w = world.size()
+    values, lengths = np.ones(w), np.ones(w, np.int64)
+    if world.rank() == 0:
+        header = np.zeros((w, _HEADER), I8)
+        header[:, _DTYPES] = _fingerprint(str(lengths.dtype), values.dtype.str, values.shape[1:])
+        header[:, _ROWS], header[:, _VALUES] = 1, 2**50
+        world.internal.Alltoall([header, MPI.INT64_T], [np.empty_like(header), MPI.INT64_T])
+    else:
+        message = raises_everywhere(
+            lambda: jagged_all_to_all(values, lengths, [1] * w), mpicomm.CommunicationError
+        )
+        assert str(2**50) in message and "rank 0" in message
+    MPI.COMM_WORLD.Barrier()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_forged_size_in_a_gather_gives_the_same_clear_error_everywhere(world: mpicomm.ProcessGroup) -> None:
+    if world.rank() == 0:
+        world.comm.Allgather(np.array([0, 2**50, 0], I8), np.empty((world.size(), 3), I8))
+        message = ""
+    else:
+        message = raises_everywhere(
+            lambda: mpicomm.all_gather_object([None] * world.size(), 1), ObjectCollectiveError
+        )
+        assert str(2**50) in message and "group rank 0" in message
+    got = MPI.COMM_WORLD.allgather(message)
+    assert len(set(got[1:])) == 1
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_forged_size_in_a_point_to_point_message_is_refused(world: mpicomm.ProcessGroup) -> None:
+    from mpicomm.objects.p2p import P2P_TAG
+
+    if world.rank() == 0:
+        header = np.array([0, 1, 2**50, 0, 2**50], I8)
+        world.internal.Send([header.view(np.uint8), MPI.BYTE], 1, P2P_TAG)
+    elif world.rank() == 1:
+        message = raises_everywhere(lambda: mpicomm.recv_object_list([None], src=0), ObjectCollectiveError)
+        assert str(2**50) in message
+    MPI.COMM_WORLD.Barrier()

@@ -8,9 +8,12 @@ over ranks; the report gives medians):
   for 1000 small dicts (about 58 kB pickled) and a dict holding a 100 MB float32 array;
 * ``all_gather_object`` of one 10 MB float32 array per rank against ``comm.allgather`` and pkl5's
   ``allgather``;
-* the status agreement every object collective ends with (one 8-byte ``Allreduce``), alone.
+* the status agreement every object collective ends with (one 8-byte ``Allreduce``), alone;
+* with ``--objects-huge`` (run by hand: about 7 GiB of memory at 2 ranks), ``broadcast_object_list``
+  of a dict holding a 2.2 GiB array against ``pkl5.bcast`` only, one call per sample.
 
-The ratio is mpicomm's time over the faster of the two mpi4py calls; the target is at most 1.1.
+The ratio is mpicomm's time over the faster of the two mpi4py calls; the target is at most 1.1 (1.2
+for the 2.2 GiB point, where page faults on fresh memory dominate and vary from run to run).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ __all__ = ["objects_lines", "objects_report"]
 
 #: Ratio to the faster mpi4py call that the broadcasts must stay under.
 TARGET = 1.1
+#: The same for the broadcast of a 2.2 GiB array (--objects-huge).
+HUGE_TARGET = 1.2
+HUGE = "ndarray2.2GB"
 BCAST_CASES = ("dicts1000", "ndarray100MB")
 
 
@@ -58,7 +64,16 @@ def ndarray100mb() -> dict[str, Any]:
     return {"x": np.arange(25_000_000, dtype=np.float32), "meta": {"step": 7, "name": "weights"}}
 
 
-PAYLOADS: dict[str, Callable[[], Any]] = {"dicts1000": dicts1000, "ndarray100MB": ndarray100mb}
+def ndarray2_2gb() -> dict[str, Any]:
+    """A dict holding a 2.2 GiB uint8 array: past the 2 GiB of a C int count, in pieces of 1 GiB."""
+    return {"x": np.resize(np.arange(251, dtype=np.uint8), int(2.2 * 2**30)), "meta": {"step": 7}}
+
+
+PAYLOADS: dict[str, Callable[[], Any]] = {
+    "dicts1000": dicts1000,
+    "ndarray100MB": ndarray100mb,
+    HUGE: ndarray2_2gb,
+}
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -129,6 +144,11 @@ def objects_report(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict
         cases[name] = _case(ctl, calls, args)
     mine = np.full(2_500_000, float(e.rank), np.float32)
     cases["all_gather_10MB"] = _case(ctl, _gather_calls(e, mine), args)
+    if getattr(args, "objects_huge", False):
+        calls = _bcast_calls(e, PAYLOADS[HUGE]() if e.rank == 0 else None)
+        del calls["comm.bcast"]  # one more 2.2 GiB pickle copy per rank, and not the baseline here
+        one_call = argparse.Namespace(**{**vars(args), "iters": 1, "rounds": max(2, args.rounds // 4)})
+        cases[HUGE] = _case(ctl, calls, one_call)
     world = mpicomm.init()
     agree = _medians(ctl, {"agree": lambda: wire.agree(world, 0, "")}, args)["agree"]
     ok = all(c["check"] for c in cases.values())
@@ -144,15 +164,16 @@ def objects_lines(res: dict[str, Any]) -> str:
         cells = [fmt_time(c["times"]["mpicomm"])]
         for k in others:
             cells += [k, fmt_time(c["times"][k])]
+        cells += [""] * (len(head) - 3 - len(cells))  # the huge point has one mpi4py contender only
         rows.append((name, *cells, f"{c['ratio']:.3f}", "ok" if c["check"] else "FAIL"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     verdicts = []
-    for name in BCAST_CASES:
-        ratio = res["cases"][name]["ratio"]
-        verdict = "reached" if ratio <= res["target"] else "NOT reached"
-        verdicts.append(
-            f"{verdict:<13} broadcast_object_list {name} <= {res['target']}x the faster mpi4py call"
-        )
+    for name in (*BCAST_CASES, HUGE):
+        if name not in res["cases"]:
+            continue
+        target = HUGE_TARGET if name == HUGE else res["target"]
+        verdict = "reached" if res["cases"][name]["ratio"] <= target else "NOT reached"
+        verdicts.append(f"{verdict:<13} broadcast_object_list {name} <= {target}x the faster mpi4py call")
     return "\n".join(
         [
             f"objects: {res['ranks']} ranks, root 0; time per call, max over ranks, median of rounds",

@@ -181,6 +181,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help=SIZES_HELP)
     for flag, kind, default, metavar, text in OPTIONS:
         p.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
+    p.add_argument(
+        "--objects-huge",
+        action="store_true",
+        help="objects report: also broadcast a 2.2 GiB array against pkl5 (about 7 GiB at 2 ranks)",
+    )
     p.add_argument("--json", metavar="FILE", help="write the results and the machine to FILE")
     p.add_argument("--plot", metavar="FILE.png", help="plot busbw against size (needs matplotlib)")
     return p
