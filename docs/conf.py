@@ -52,6 +52,8 @@ nitpick_ignore = [
         "_pickle.UnpicklingError",
         "collections.Counter",
         "mpicomm.jagged.keyed_ops._K",  # the type variable of KeyedJaggedArray's class methods
+        "mpicomm.jagged.keyed_ops.KeyedOps",  # KeyedJaggedArray's private base class of torchrec methods
+        "datetime.timedelta",
     )
 ] + [("py:attr", "comm")]
 
