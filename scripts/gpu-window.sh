@@ -265,6 +265,11 @@ s_test() { # staged|direct NP
     -p pytest_mpi -p pytest_timeout -p _hypothesis_pytestplugin "${extra[@]}"
 }
 
+s_demo() { # staged|direct: the GPU demo at 2 ranks (every call on cupy against numpy, with its path)
+  use_path "$1" || return 1
+  "$MPIEXEC" "${MPIFLAGS[@]}" -n 2 "$PYV" -m mpi4py -m mpicomm demo --device cuda
+}
+
 s_cpu() { # NP: tests/mpi on the mpich wheel, host path only
   use_path staged || return 1
   export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
@@ -359,7 +364,7 @@ step() {
 }
 
 n_setup=6
-n_test=$((2 * ${#NPS[@]} + (CPU_SUITE == 1 ? 1 : 0)))
+n_test=$((2 * ${#NPS[@]} + 2 + (CPU_SUITE == 1 ? 1 : 0)))
 n_bench=2
 
 phase_setup() {
@@ -377,6 +382,8 @@ phase_test() {
     step test "test-staged-np$np" 150 s_test staged "$np"
     step test "test-direct-np$np" 150 s_test direct "$np"
   done
+  step test demo-staged 40 s_demo staged
+  step test demo-direct 40 s_demo direct
   if [ "$CPU_SUITE" = 1 ]; then step test cpu-mpi-np2 150 s_cpu 2; fi
 }
 

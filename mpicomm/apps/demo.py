@@ -13,6 +13,7 @@ check passed on every rank, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -23,6 +24,8 @@ import numpy as np
 
 import mpicomm
 from mpicomm import ReduceOp
+
+from .demo_gpu import run_gpu
 
 __all__ = ["CASES", "main", "run"]
 
@@ -483,6 +486,7 @@ examples:
   mpirun -n 8 python -m mpi4py -m mpicomm.demo    8 ranks; a failing rank aborts the job
   python -m mpicomm demo --quiet                  only the last line (for batch jobs)
   make demo NP=4                                  the same through the Makefile
+  mpirun -n 2 python -m mpicomm demo --device cuda   the collectives on cupy arrays (GPU)
 
 exit status: 0 if every check passed on every rank, 1 otherwise"""
 
@@ -503,10 +507,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quiet", action="store_true", help="print only the last line: all checks passed, or the failures"
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: the collectives on cupy arrays, each checked against numpy (needs cupy and a GPU)",
+    )
     args = parser.parse_args(argv)
+    if args.device == "cuda" and importlib.util.find_spec("cupy") is None:
+        print(
+            "mpicomm demo: --device cuda needs cupy: pip install 'mpicomm[cuda12]' (or [cuda13])",
+            file=sys.stderr,
+        )
+        return 2
     mpicomm.init()
     if args.validate:
         mpicomm.set_validation(True)
+    if args.device == "cuda":
+        return 0 if run_gpu(quiet=args.quiet) else 1
     return 0 if run(quiet=args.quiet) else 1
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -45,3 +46,10 @@ def test_demo_under_mpiexec_checks_every_result(ranks: int) -> None:
     assert all(f"rank {r:>{len(str(ranks - 1))}} |" in done.stdout for r in range(ranks))
     for r in range(ranks):
         assert f"{{'rank': {r}, 'sum': {3.0 * (r + 1)}, 'max': {2.0 * (r + 1)}}}" in done.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="cupy is installed here")
+def test_demo_on_cuda_without_cupy_says_what_to_install() -> None:
+    done = _run([sys.executable, "-m", "mpicomm", "demo", "--device", "cuda"])
+    assert done.returncode == 2
+    assert "--device cuda needs cupy: pip install 'mpicomm[cuda12]'" in done.stderr
