@@ -432,6 +432,11 @@ def _check_vbe(table: object, nkeys: int, nlengths: int) -> list[list[int]] | No
         raise ArgumentError(f"{_NAME}: {arg} has {arr.shape[0]} rows; expected {nkeys} (one per key)")
     if arr.size and arr.min() < 0:
         raise ArgumentError(f"{_NAME}: {arg} has a negative entry {arr.min()}; expected >= 0")
+    if arr.size and int(arr.max()) > nlengths:  # also keeps the sum below from wrapping
+        raise ArgumentError(
+            f"{_NAME}: {arg} has an entry of {int(arr.max())} slots; expected at most {nlengths}, "
+            "the entries of lengths"
+        )
     if int(arr.sum()) != nlengths:
         raise ArgumentError(
             f"{_NAME}: {arg} sums to {int(arr.sum())} slots; expected {nlengths}, the entries of lengths"

@@ -334,3 +334,13 @@ def test_keys_must_be_unique_strings() -> None:
         KeyedJaggedArray(["A", 3], np.arange(2), lengths=np.array([1, 1]))  # type: ignore[list-item]
     with pytest.raises(ArgumentTypeError, match="keys is a str"):
         KeyedJaggedArray("AB", np.arange(2), lengths=np.array([1, 1]))
+
+
+def test_a_vbe_table_whose_sum_would_wrap_int64_is_refused() -> None:
+    big = 2**63 - 1
+    with pytest.raises(
+        ArgumentError, match=r"stride_per_key_per_rank has an entry of \d+ slots; expected at most 0"
+    ):
+        KeyedJaggedArray(
+            ["a"], np.zeros(0), lengths=np.zeros(0, np.int64), stride_per_key_per_rank=[[big, big, 2]]
+        )
