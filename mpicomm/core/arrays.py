@@ -43,11 +43,24 @@ def array_kind(x: object) -> str | None:
     return CUDA if is_device_array(x) else None
 
 
-def any_device_array(values: Any) -> bool:
-    """Whether any of ``values``, or any element of a list or tuple among them, is a cupy array.
+#: Types known not to be device arrays (filled as calls see them; bounded by the types a program uses).
+_HOST_TYPES: set[type] = {np.ndarray, int, float, bool, str, type(None)}
 
-    Plain numpy calls stop at the first test of each argument, so this costs next to nothing on the
-    host path.
+
+def _device_type(cls: type) -> bool:
+    if cls in _HOST_TYPES:
+        return False
+    found = cls.__module__.startswith("cupy") and hasattr(cls, "__cuda_array_interface__")
+    if not found and cls is not list and cls is not tuple:
+        _HOST_TYPES.add(cls)
+    return found
+
+
+def any_device_array(values: Any) -> bool:
+    """Whether any of ``values``, or the first element of a list or tuple among them, is a cupy array.
+
+    The first element stands for a list: a list that mixes numpy and cupy arrays is refused by the
+    host path's checks. A numpy call pays one set lookup per argument.
 
     Example:
         >>> import numpy as np
@@ -56,11 +69,11 @@ def any_device_array(values: Any) -> bool:
     """
     for v in values:
         cls = type(v)
-        if cls is np.ndarray or v is None:
+        if cls in _HOST_TYPES:
             continue
         if cls is list or cls is tuple:
-            if any(is_device_array(e) for e in v):
+            if v and _device_type(type(v[0])):
                 return True
-        elif is_device_array(v):
+        elif _device_type(cls):
             return True
     return False

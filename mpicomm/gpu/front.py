@@ -64,7 +64,7 @@ def device_aware(
 
         @functools.wraps(host)
         def call(*args: Any, **kwargs: Any) -> Any:
-            if not (any_device_array(args) or any_device_array(kwargs.values())):
+            if not (any_device_array(args) or (kwargs and any_device_array(kwargs.values()))):
                 return host(*args, **kwargs)
             bound = sig.bind(*args, **kwargs)
             _check_kinds(name, bound.arguments, roles)
