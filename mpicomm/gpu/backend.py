@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
+from .staging import pinned_allocator
 
 __all__ = ["Backend", "CupyBackend", "backend", "set_backend"]
 
@@ -103,9 +104,8 @@ class CupyBackend:
             )
 
     def pinned(self, nbytes: int) -> np.ndarray:
-        """See :class:`Backend`."""
-        out: np.ndarray = importlib.import_module("cupyx").empty_pinned((nbytes,), np.uint8)
-        return out
+        """See :class:`Backend` (the staging module's pinned allocator)."""
+        return pinned_allocator(nbytes)
 
     def asarray(self, host: np.ndarray) -> Any:
         """See :class:`Backend`."""
