@@ -1,4 +1,4 @@
-"""mpicomm: torch.distributed-style collectives over MPI, for numpy arrays (and cupy arrays on GPUs).
+"""mpicomm: torch.distributed-style collectives over MPI, for numpy arrays, torch tensors and cupy arrays.
 
 Importing mpicomm starts nothing: MPI is initialised by :func:`init` or by the first call that
 needs it, so the planner and command-line tools run on login nodes without MPI.
@@ -41,7 +41,7 @@ from .core.torch_compat import (
 )
 from .core.validation import is_validation_enabled, set_validation
 from .core.work import Work
-from .dense.batch import P2POp, batch_isend_irecv
+from .dense.batch import P2POp
 from .dense.reductions import barrier
 from .dense.sync import monitored_barrier
 from .errors import (
@@ -54,13 +54,14 @@ from .errors import (
     MPIUnavailableError,
     ReductionTypeError,
 )
-from .gpu.api import (
+from .front.collectives import (
     all_gather,
     all_gather_into_tensor,
     all_gather_single,
     all_reduce,
     all_to_all,
     all_to_all_single,
+    batch_isend_irecv,
     broadcast,
     gather,
     irecv,

@@ -76,7 +76,42 @@ class DeviceArray:
         return self.a.copy()
 
 
-DeviceArray.__module__ = "cupy_standin"  # what mpicomm.core.arrays looks for, with the interface
+DeviceArray.__module__ = "cupy_standin"  # what mpicomm.front.kinds looks for, with the interface
+
+
+class HostMemory:
+    """A numpy view of the memory a ``__cuda_array_interface__`` dict describes (here: host memory)."""
+
+    def __init__(self, face: dict[str, Any]) -> None:
+        self.__array_interface__ = {
+            "shape": face["shape"],
+            "typestr": face["typestr"],
+            "data": face["data"],
+            "strides": face.get("strides"),
+            "version": 3,
+        }
+
+    def array(self) -> np.ndarray:
+        return np.asarray(self)
+
+
+class ForeignDeviceArray:
+    """A device array of no library mpicomm knows (a torch CUDA tensor's stand-in): only
+    ``__cuda_array_interface__``, pointing at host memory, which the staged path then carries."""
+
+    def __init__(self, data: np.ndarray, device_id: int = 0) -> None:
+        self.host, self.device_id = data, device_id
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        a = self.host
+        return {
+            "shape": a.shape,
+            "typestr": a.dtype.str,
+            "data": (a.ctypes.data, False),
+            "strides": None if a.flags.c_contiguous else a.strides,
+            "version": 3,
+        }
 
 
 class LazyBackend:
@@ -121,6 +156,12 @@ class LazyBackend:
 
     def asarray(self, host: np.ndarray) -> DeviceArray:
         return DeviceArray(np.array(host))
+
+    def wrap(self, x: Any, fn: str, arg: str) -> DeviceArray:
+        """A DeviceArray over the host memory a :class:`ForeignDeviceArray`'s interface points at."""
+        face = x.__cuda_array_interface__
+        host = HostMemory(face).array()
+        return DeviceArray(host, getattr(x, "device_id", 0))
 
     def write_later(self, dev: DeviceArray, values: np.ndarray) -> None:
         """Queue a 'kernel' on the current stream that writes ``values`` into ``dev`` (not run yet)."""

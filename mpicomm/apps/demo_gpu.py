@@ -2,7 +2,7 @@
 
 Every rank binds its GPU, runs each call on cupy arrays and the same call on numpy arrays, and
 compares the two bit for bit. Rank 0 prints one line per call with the path it took (direct,
-pipelined or staged, :data:`mpicomm.gpu.front.PATHS`), then ``all checks passed`` or the failures.
+pipelined or staged, :data:`mpicomm.front.device.PATHS`), then ``all checks passed`` or the failures.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 import mpicomm
 
-from ..gpu import front
+from ..front import device as front
 from ..gpu.cuda_aware import cuda_awareness
 from ..gpu.device import bind_device
 

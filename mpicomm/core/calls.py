@@ -21,7 +21,7 @@ from ..errors import ArgumentTypeError, CommunicationError
 from . import validation
 from .groups import resolve
 
-__all__ = ["collective"]
+__all__ = ["check_flag", "collective", "failed"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -47,7 +47,6 @@ def collective(
         signature = inspect.signature(func)
         names = list(signature.parameters)
         flag = names.index("async_op") if "async_op" in names else -1
-
         state = validation._Flag
 
         @functools.wraps(func)
@@ -57,29 +56,66 @@ def collective(
                 if flag >= 0 and (
                     kwargs or len(args) > flag
                 ):  # the cheap test first: most calls pass neither
-                    value = (
-                        kwargs["async_op"]
-                        if "async_op" in kwargs
-                        else args[flag]
-                        if len(args) > flag
-                        else False
-                    )
-                    if value is not True and value is not False:
-                        raise ArgumentTypeError(f"{fn}: async_op is {value!r}; expected True or False")
+                    check_flag(fn, args, kwargs, flag)
                 return func(*args, **kwargs)
             except Exception as exc:
-                if _is_mpi_error(exc):
-                    raise CommunicationError(f"{fn}: MPI reported an error: {_mpi_text(exc)}") from exc
-                if not validated or not state.on or state.exchanges != before:
-                    raise
-                bound = signature.bind_partial(*args, **kwargs).arguments
-                group = group_of(bound) if group_of is not None else bound.get("group")
-                _report(group, fn, exc)
-                raise
+                raise failed(fn, exc, before, validated, signature, args, kwargs, group_of)  # noqa: B904
 
         return call
 
     return wrap
+
+
+def check_flag(fn: str, args: tuple[Any, ...], kwargs: dict[str, Any], flag: int) -> None:
+    """Raise unless the call's ``async_op`` (keyword, or positional at index ``flag``) is a bool.
+
+    Raises:
+        ArgumentTypeError: ``async_op`` is not True or False.
+    """
+    value = kwargs["async_op"] if "async_op" in kwargs else args[flag] if len(args) > flag else False
+    if value is not True and value is not False:
+        raise ArgumentTypeError(f"{fn}: async_op is {value!r}; expected True or False")
+
+
+def failed(
+    fn: str,
+    exc: Exception,
+    before: int,
+    validated: bool,
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    group_of: Callable[..., Any] | None = None,
+) -> Exception:
+    """What a failed public call raises: ``exc``, reported to the validation exchange, or an MPI error.
+
+    Args:
+        fn: The public name.
+        exc: What the call's body raised.
+        before: The validation exchange count when the call started.
+        validated: Whether the call takes part in validation mode's exchange.
+        signature: The call's signature, to find its group.
+        args: The call's positional arguments.
+        kwargs: The call's keyword arguments.
+        group_of: Given the bound arguments, the group (default: the ``group`` argument).
+
+    Returns:
+        The exception to raise: a :class:`~mpicomm.CommunicationError` for an error MPI reported,
+        else ``exc`` itself (sent into the validation exchange first when one is due).
+    """
+    if _is_mpi_error(exc):
+        err = CommunicationError(f"{fn}: MPI reported an error: {_mpi_text(exc)}")
+        err.__cause__ = exc
+        return err
+    if not validated or not validation._Flag.on or validation._Flag.exchanges != before:
+        return exc
+    try:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        return exc
+    group = group_of(bound) if group_of is not None else bound.get("group")
+    _report(group, fn, exc)
+    return exc
 
 
 def _report(group: Any, fn: str, exc: Exception) -> None:

@@ -23,7 +23,6 @@ from ..core.buffers import (
     row_message,
     row_size,
 )
-from ..core.calls import collective
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
@@ -32,7 +31,6 @@ from .exchange import ALL_TO_ALL, copy_own, exchange, finish
 __all__ = ["all_to_all", "all_to_all_single"]
 
 
-@collective("all_to_all")
 def all_to_all(
     output_tensor_list: list[np.ndarray],
     input_tensor_list: list[np.ndarray],
@@ -97,7 +95,6 @@ def all_to_all(
     return finish(requests, async_op, (ins, outs), outs, posts)
 
 
-@collective("all_to_all_single")
 def all_to_all_single(
     output: np.ndarray,
     input: np.ndarray,

@@ -27,7 +27,6 @@ from ..core.buffers import (
     row_message,
     staged,
 )
-from ..core.calls import collective
 from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError
@@ -36,7 +35,6 @@ from .exchange import ALL_GATHER, GATHER, SCATTER, copy_own, exchange, finish
 __all__ = ["all_gather", "all_gather_into_tensor", "all_gather_single", "gather", "scatter"]
 
 
-@collective("all_gather")
 def all_gather(
     tensor_list: list[np.ndarray],
     tensor: np.ndarray,
@@ -110,7 +108,6 @@ def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: i
         )
 
 
-@collective("all_gather_into_tensor")
 def all_gather_into_tensor(
     output_tensor: np.ndarray,
     input_tensor: np.ndarray,
@@ -208,7 +205,6 @@ def _is_own_slot(inp: np.ndarray, out: np.ndarray, rank: int) -> bool:
     )
 
 
-@collective("gather")
 def gather(
     tensor: np.ndarray,
     gather_list: list[np.ndarray] | None = None,
@@ -301,7 +297,6 @@ def _root_list(
     return checked
 
 
-@collective("scatter")
 def scatter(
     tensor: np.ndarray,
     scatter_list: list[np.ndarray] | None = None,

@@ -12,7 +12,6 @@ import numpy as np
 
 from .. import _mpi
 from ..core.buffers import check_array, check_disjoint, check_output, message, recv_message
-from ..core.calls import collective
 from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
@@ -54,7 +53,6 @@ class _TagBound:
     value: int | None = None
 
 
-@collective("send", validated=False)
 def send(
     tensor: np.ndarray,
     dst: int | None = None,
@@ -94,7 +92,6 @@ def send(
     return None
 
 
-@collective("recv", validated=False)
 def recv(
     tensor: np.ndarray,
     src: int | None = None,
@@ -144,7 +141,6 @@ def recv(
     return g.ranks[status.Get_source()]
 
 
-@collective("isend", validated=False)
 def isend(
     tensor: np.ndarray,
     dst: int | None = None,
@@ -180,7 +176,6 @@ def isend(
     return Work([req], keep=(x, msg))
 
 
-@collective("irecv", validated=False)
 def irecv(
     tensor: np.ndarray,
     src: int | None = None,
@@ -220,7 +215,6 @@ def irecv(
     return Work([req], keep=(x, msg), result=[x], finish=post, status=_mpi.MPI.Status(), source_ranks=g.ranks)
 
 
-@collective("sendrecv", validated=False)
 def sendrecv(
     tensor: np.ndarray,
     recv_tensor: np.ndarray,

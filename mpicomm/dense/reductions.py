@@ -132,7 +132,6 @@ def all_reduce(
     return None
 
 
-@collective("all_reduce", group_of=lambda bound: bound["g"])
 def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async_op: bool) -> Work | None:
     """all_reduce with every check, validation, PREMUL_SUM, AVG and strided tensors."""
     check_output(tensor, "all_reduce", "tensor")
@@ -174,7 +173,6 @@ def _bad_op(op: object, fn: str) -> None:
     raise ArgumentTypeError(f"{fn}: op is {op!r}; expected a mpicomm.ReduceOp such as ReduceOp.SUM")
 
 
-@collective("reduce")
 def reduce(
     tensor: np.ndarray,
     dst: int | None = None,
@@ -247,7 +245,6 @@ def reduce(
     return None
 
 
-@collective("broadcast")
 def broadcast(
     tensor: np.ndarray,
     src: int | None = None,
@@ -343,7 +340,6 @@ def barrier(
     return None
 
 
-@collective("reduce_scatter")
 def reduce_scatter(
     output: np.ndarray,
     input_list: list[np.ndarray],
@@ -448,7 +444,6 @@ def _reduce_scatter_pairwise(
     return None
 
 
-@collective("reduce_scatter_tensor")
 def reduce_scatter_tensor(
     output: np.ndarray,
     input: np.ndarray,

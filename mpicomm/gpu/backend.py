@@ -50,6 +50,12 @@ class Backend(Protocol):
     def asarray(self, host: np.ndarray) -> Any:
         """A new device array with the contents of ``host`` (blocking)."""
 
+    def wrap(self, x: Any, fn: str, arg: str) -> Any:
+        """A device array over the memory of a foreign device array ``x``, without a copy.
+
+        ``x`` is a torch CUDA tensor, or any ``__cuda_array_interface__`` or CUDA DLPack object.
+        """
+
 
 class CupyBackend:
     """:class:`Backend` on cupy: two non-blocking copy streams per device, raw ``cudaMemcpyAsync``."""
@@ -110,6 +116,15 @@ class CupyBackend:
     def asarray(self, host: np.ndarray) -> Any:
         """See :class:`Backend`."""
         return self.cp.asarray(host)
+
+    def wrap(self, x: Any, fn: str, arg: str) -> Any:
+        """See :class:`Backend` (cupy honours the interface's ``stream`` entry before using the memory)."""
+        try:
+            if hasattr(x, "__cuda_array_interface__"):
+                return self.cp.asarray(x)
+            return self.cp.from_dlpack(x)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ArgumentTypeError(f"{fn}: {arg} is a device array cupy cannot view: {exc}") from exc
 
 
 class _Current:

@@ -4,7 +4,8 @@
 - ``keyed_ops``: its torchrec methods (``split``, ``permute``, ``concat``, ``kja["key"]``, ...), vectorised.
 - ``jagged_array``: ``JaggedArray``, one key's rows (torchrec's JaggedTensor).
 - ``wire``: the counts message both exchanges start with, and the checks they share.
-- ``exchange``: the low-level ``jagged_all_to_all`` (rows of one jagged array to each rank).
+- ``exchange``: the host side of ``mpicomm.jagged_all_to_all`` (rows of one jagged array to each
+  rank; the public call is the front door's, :mod:`mpicomm.front.collectives`).
 - ``kjt``: ``KJTAllToAll`` and its awaitable.
 - ``placement``: putting (source, key) segments in (key, source) order (MPI indexed types or a recat gather).
 
@@ -13,7 +14,7 @@ May import: ``mpicomm.core``, ``mpicomm.errors``, ``mpicomm._mpi``.
 
 from __future__ import annotations
 
-from .exchange import JaggedResult, jagged_all_to_all
+from .exchange import JaggedResult
 from .jagged_array import JaggedArray
 from .keyed import KeyedJaggedArray
 from .kjt import KJTAllToAll, KJTAllToAllAwaitable
@@ -24,5 +25,4 @@ __all__ = [
     "KJTAllToAll",
     "KJTAllToAllAwaitable",
     "KeyedJaggedArray",
-    "jagged_all_to_all",
 ]

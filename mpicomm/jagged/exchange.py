@@ -10,7 +10,6 @@ import numpy as np
 from .. import _mpi
 from ..core import validation
 from ..core.buffers import as_int_list
-from ..core.calls import collective
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
@@ -38,7 +37,6 @@ class JaggedResult(NamedTuple):
     splits: list[int]
 
 
-@collective("jagged_all_to_all")
 def jagged_all_to_all(
     values: np.ndarray,
     lengths: np.ndarray,
@@ -79,7 +77,7 @@ def jagged_all_to_all(
 
     Example:
         >>> import numpy as np, mpicomm
-        >>> from mpicomm.jagged import jagged_all_to_all
+        >>> from mpicomm import jagged_all_to_all
         >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
         >>> lengths = np.arange(w)                        # row j (j values, all 10 * r + j) goes to rank j
         >>> values = np.repeat(10 * r + np.arange(w), lengths)

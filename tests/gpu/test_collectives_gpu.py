@@ -14,7 +14,8 @@ import pytest
 
 import mpicomm
 from mpicomm import ArgumentTypeError, ReduceOp
-from mpicomm.gpu import front, staged
+from mpicomm.front import device as front
+from mpicomm.gpu import staged
 from mpicomm.gpu.cuda_aware import cuda_awareness
 from mpicomm.gpu.device import bind_device
 
@@ -176,7 +177,7 @@ def test_a_warm_loop_allocates_no_new_pinned_memory() -> None:
 
 def test_mixing_numpy_and_cupy_is_an_error() -> None:
     with pytest.raises(
-        ArgumentTypeError, match="output_tensor is a cupy array and input_tensor a numpy array"
+        ArgumentTypeError, match="output_tensor is a device array and input_tensor a host array"
     ):
         mpicomm.all_gather_into_tensor(cp().zeros(4 * mpicomm.get_world_size()), np.zeros(4))
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import mpicomm
-from mpicomm import ArgumentError
-from mpicomm.jagged import KeyedJaggedArray, KJTAllToAll, jagged_all_to_all
+from mpicomm import ArgumentError, jagged_all_to_all
+from mpicomm.jagged import KeyedJaggedArray, KJTAllToAll
 
 WRAPPING = {
     "uint64 [2**64-1, 3]": np.array([2**64 - 1, 3], np.uint64),

@@ -236,7 +236,7 @@ def test_a_forged_huge_size_claim_gives_the_same_clear_error_everywhere(world: m
 
 @pytest.mark.mpi(min_size=2)
 def test_a_forged_jagged_count_is_refused_before_allocating(world: mpicomm.ProcessGroup) -> None:
-    from mpicomm.jagged import jagged_all_to_all
+    from mpicomm import jagged_all_to_all
     from mpicomm.jagged.wire import _DTYPES, _HEADER, _ROWS, _VALUES, _fingerprint
 
     w = world.size()

@@ -22,6 +22,7 @@ from unit.test_jagged_reference import (
 )
 
 import mpicomm
+from mpicomm import jagged_all_to_all
 from mpicomm.core.work import Work
 from mpicomm.errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError
 from mpicomm.jagged import (
@@ -29,7 +30,6 @@ from mpicomm.jagged import (
     KeyedJaggedArray,
     KJTAllToAll,
     KJTAllToAllAwaitable,
-    jagged_all_to_all,
 )
 from mpicomm.jagged.kjt import _Placement
 

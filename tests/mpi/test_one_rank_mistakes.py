@@ -17,9 +17,16 @@ import pytest
 from mpi4py import MPI
 
 import mpicomm
-from mpicomm import ArgumentError, ArgumentTypeError, CrossRankMismatchError, MpicommError, ReduceOp
+from mpicomm import (
+    ArgumentError,
+    ArgumentTypeError,
+    CrossRankMismatchError,
+    MpicommError,
+    ReduceOp,
+    jagged_all_to_all,
+)
 from mpicomm.errors import ReductionTypeError
-from mpicomm.jagged import KeyedJaggedArray, KJTAllToAll, jagged_all_to_all
+from mpicomm.jagged import KeyedJaggedArray, KJTAllToAll
 
 
 @pytest.fixture(autouse=True)

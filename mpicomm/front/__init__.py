@@ -1,0 +1,14 @@
+"""The front door: every public call that takes arrays, for every array kind users hold.
+
+- ``collectives``: the public calls (``all_reduce``, ``all_to_all_single``, ``send``, ...,
+  ``batch_isend_irecv``, ``jagged_all_to_all``), each a host implementation behind the door.
+- ``door``: ``front_door``, the one wrapper: array kinds recognised once, viewed for the data
+  paths, the path chosen, results in the caller's kind, failures alike on every rank.
+- ``kinds``: what an array is (numpy, torch, cupy, ``__array_interface__``,
+  ``__cuda_array_interface__``, DLPack) and its zero-copy view; imports neither torch nor cupy.
+- ``device``: device arrays to the direct (CUDA-aware MPI) or staged (pinned host) path.
+
+May import: the data paths (``mpicomm.dense``, ``mpicomm.jagged``, ``mpicomm.objects``,
+``mpicomm.gpu``), ``mpicomm.core``, ``mpicomm.errors``. Nothing above it imports it but
+``mpicomm/__init__.py`` and the programs in ``mpicomm.apps``.
+"""

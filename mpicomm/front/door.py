@@ -1,0 +1,256 @@
+"""The front door: the one wrapper between a public call that takes arrays and the data path it takes.
+
+:func:`front_door` wraps a host (numpy) implementation from :mod:`mpicomm.dense` or
+:mod:`mpicomm.jagged` once, at import. Each call then does, in one Python frame:
+
+1. **Recognise** the kind of every array argument (:mod:`mpicomm.front.kinds`): one dictionary
+   lookup per argument. A call whose arrays are all numpy goes straight to the host code.
+2. **View** other kinds as the data paths take them: a torch CPU tensor or an
+   ``__array_interface__`` object as a zero-copy numpy view; a cupy array, a torch CUDA tensor or a
+   ``__cuda_array_interface__``/DLPack device object as a device array.
+3. **Choose the path** for device arrays (:mod:`mpicomm.front.device`): direct to a CUDA-aware
+   MPI, or staged through pinned host memory.
+4. **Answer in the caller's kind**: arrays a call allocates come back as the kind of the argument
+   named by ``returns`` (torch in, torch out); a :class:`~mpicomm.Work`'s result lists the caller's
+   own arrays, not the views.
+5. **Fail alike**: an error MPI reports becomes a :class:`~mpicomm.CommunicationError` naming the
+   call; with validation mode on, a mistake seen on one rank is sent into the validation exchange
+   so that every rank raises it (:mod:`mpicomm.core.calls`); ``async_op`` must be a bool.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..core import validation
+from ..core.calls import check_flag, failed
+from ..core.work import Work
+from . import kinds
+from .device import on_device
+
+__all__ = ["BOTH", "READ", "WRITE", "front_door"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Roles of array arguments: read (input), written (output), or both.
+READ, WRITE, BOTH = "read", "write", "both"
+
+_KINDS = kinds._KINDS
+_PLAIN = (kinds.NUMPY, kinds.OTHER, kinds.LIST)
+_PLAIN_SCALAR = frozenset((kinds.NUMPY, kinds.OTHER))
+
+
+def front_door(
+    fn: str,
+    roles: dict[str, str],
+    *,
+    direct: Callable[..., Any] | None = None,
+    pipelined: Callable[..., Any] | None = None,
+    returns: str | None = None,
+    validated: bool = True,
+) -> Callable[[F], F]:
+    """Make ``host`` the public call ``fn``, taking every array kind in the arguments of ``roles``.
+
+    The wrapper is generated with ``host``'s own parameters (as :mod:`dataclasses` generates
+    ``__init__``), so that a numpy call costs one function call, one dictionary lookup per array
+    argument and a ``try``: about 0.15 us, where a generic ``*args, **kwargs`` wrapper cost 0.4 us.
+
+    Args:
+        fn: The public name, for messages.
+        roles: Argument name -> :data:`READ`, :data:`WRITE` or :data:`BOTH`; a list argument's
+            arrays all take the role.
+        direct: The device implementation for CUDA-aware MPIs (same signature); it returns
+            ``NotImplemented`` where it cannot serve a call, which is then staged.
+        pipelined: A staged implementation for large messages, or ``NotImplemented``.
+        returns: The argument whose kind the arrays the call allocates take (``None``: the call
+            allocates none).
+        validated: Whether the call takes part in validation mode's exchange (False for
+            point-to-point calls).
+
+    Returns:
+        The decorator.
+    """
+
+    def wrap(host: F) -> F:
+        plan = _Plan(fn, host, roles, direct, pipelined, returns, validated)
+        return functools.update_wrapper(plan.generate(), host)  # type: ignore[return-value]
+
+    return wrap
+
+
+class _Plan:
+    """One public call: its generated wrapper, and the slow path for arrays other than numpy."""
+
+    def __init__(
+        self,
+        fn: str,
+        host: Callable[..., Any],
+        roles: dict[str, str],
+        direct: Callable[..., Any] | None,
+        pipelined: Callable[..., Any] | None,
+        returns: str | None,
+        validated: bool,
+    ) -> None:
+        self.fn, self.host, self.roles, self.validated = fn, host, roles, validated
+        self.direct, self.pipelined, self.returns = direct, pipelined, returns
+        self.signature = inspect.signature(host)
+        params = list(self.signature.parameters.values())
+        if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params):
+            raise TypeError(f"front_door: {fn} takes *args or positional-only parameters")
+        self.names = [p.name for p in params]
+        self.slots = [(self.names.index(arg), arg, role) for arg, role in roles.items()]
+        self.flag = self.names.index("async_op") if "async_op" in self.names else -1
+        self.model = self.names.index(returns) if returns is not None else -1
+
+    def generate(self) -> Callable[..., Any]:
+        """The wrapper, with ``host``'s parameters.
+
+        For ``all_reduce`` it reads::
+
+        def all_reduce(tensor, op=_d_op, group=_d_group, async_op=_d_async_op):
+            before = _state.exchanges
+            try:
+                if (_get(type(tensor)) in _PLAIN or _all_numpy(tensor)) and (async_op is False or ...):
+                    return _host(tensor, op, group, async_op)          # numpy: straight through
+                if _get(type(tensor)) is _TORCH and (async_op is False or async_op is True):
+                    try:
+                        _v_tensor = tensor.numpy()                     # a plain CPU tensor
+                    except (RuntimeError, TypeError):
+                        return _slow([tensor, op, group, async_op])
+                    out = _host(_v_tensor, op, group, async_op)
+                    return out if out is None else _answer(out, {id(_v_tensor): tensor}, None)
+                return _slow([tensor, op, group, async_op])            # every other kind
+            except Exception as exc:
+                raise _failed(exc, before, [tensor, op, group, async_op])
+        """
+        env: dict[str, Any] = {
+            "_host": self.host,
+            "_slow": self.slow,
+            "_failed": self._failed,
+            "_answer": _answer,
+            "_state": validation._Flag,
+            "_get": _KINDS.get,
+            "_PLAIN": _PLAIN_SCALAR,
+            "_TORCH": kinds.TORCH,
+            "_all_numpy": _all_numpy,
+        }
+        arrays = [name for _, name, _ in self.slots]
+        heads: list[str] = []
+        passes: list[str] = []
+        torch_passes: list[str] = []
+        for name, p in self.signature.parameters.items():
+            default = ""
+            if p.default is not p.empty:
+                env[f"_d_{name}"] = p.default
+                default = f"=_d_{name}"
+            keyword = p.kind is p.KEYWORD_ONLY
+            if keyword and "*" not in heads:
+                heads.append("*")
+            heads.append(name + default)
+            viewed = f"_v_{name}" if name in arrays else name
+            passes.append(f"{name}={name}" if keyword else name)
+            torch_passes.append(f"{name}={viewed}" if keyword else viewed)
+        flag = ["(async_op is False or async_op is True)"] if self.flag >= 0 else []
+        numpy_test = " and ".join([f"(_get(type({a})) in _PLAIN or _all_numpy({a}))" for a in arrays] + flag)
+        torch_test = " and ".join([f"_get(type({a})) is _TORCH" for a in arrays] + flag)
+        values = f"[{', '.join(self.names)}]"
+        seen = ", ".join(f"id(_v_{a}): {a}" for a in arrays)
+        lines = [
+            f"def {self.fn}({', '.join(heads)}):",
+            "    before = _state.exchanges",
+            "    try:",
+            f"        if {numpy_test}:",
+            f"            return _host({', '.join(passes)})",
+            f"        if {torch_test}:",
+            "            try:",
+            *(f"                _v_{a} = {a}.numpy()" for a in arrays),
+            "            except (RuntimeError, TypeError):",
+            f"                return _slow({values})",
+            f"            out = _host({', '.join(torch_passes)})",
+            f"            return out if out is None else _answer(out, {{{seen}}}, {self.returns})",
+            f"        return _slow({values})",
+            "    except Exception as exc:",
+            f"        raise _failed(exc, before, {values})",
+        ]
+        exec(compile("\n".join(lines) + "\n", f"<front door: {self.fn}>", "exec"), env)
+        call: Callable[..., Any] = env[self.fn]
+        return call
+
+    def _failed(self, exc: Exception, before: int, values: list[Any]) -> Exception:
+        return failed(self.fn, exc, before, self.validated, self.signature, tuple(values), {})
+
+    def slow(self, values: list[Any]) -> Any:
+        """A call with arrays other than numpy (``values``: every parameter, in order)."""
+        flag = self.flag
+        if flag >= 0 and values[flag] is not True and values[flag] is not False:
+            check_flag(self.fn, tuple(values), {}, flag)
+        seen: dict[int, Any] = {}  # id(view) -> the caller's array
+        device = False
+        for pos, arg, role in self.slots:
+            value = values[pos]
+            kind = _KINDS.get(type(value))
+            if kind is kinds.TORCH:  # the common case first: a plain CPU tensor
+                try:
+                    view = value.numpy()
+                except (RuntimeError, TypeError):
+                    view = self._view(value, arg, role != READ, seen)
+                    device = device or kinds.kind_of(view) == kinds.CUPY
+                seen[id(view)] = value
+                values[pos] = view
+            elif kind is kinds.LIST:
+                views = [self._view(x, f"{arg}[{i}]", role != READ, seen) for i, x in enumerate(value)]
+                device = device or any(kinds.kind_of(v) == kinds.CUPY for v in views)
+                if any(v is not x for v, x in zip(views, value, strict=True)):
+                    values[pos] = views  # else the caller's list stays, for the host checks
+            elif kind not in _PLAIN_SCALAR:
+                values[pos] = view = self._view(value, arg, role != READ, seen)
+                device = device or kinds.kind_of(view) == kinds.CUPY
+        if device:
+            bound = self.signature.bind(*values)
+            out = on_device(self.fn, self.host, bound, self.roles, self.direct, self.pipelined, self.returns)
+        else:
+            out = self.host(*values)
+        if out is None:
+            return None
+        return _answer(out, seen, seen.get(id(values[self.model])) if self.model >= 0 else None)
+
+    def _view(self, x: Any, arg: str, write: bool, seen: dict[int, Any]) -> Any:
+        kind = kinds.kind_of(x)
+        if kind in _PLAIN:
+            return x
+        v = kinds.view(x, kind, self.fn, arg, write)
+        seen[id(v)] = x
+        return v
+
+
+def _all_numpy(value: Any) -> bool:
+    """Whether ``value`` is a list or tuple of numpy arrays only (the list forms' fast path)."""
+    return _KINDS.get(type(value)) is kinds.LIST and all(_KINDS.get(type(v)) is kinds.NUMPY for v in value)
+
+
+def _answer(out: Any, seen: dict[int, Any], model: Any) -> Any:
+    """``out`` with the views replaced by the caller's arrays and new arrays in ``model``'s kind."""
+    if isinstance(out, Work):
+        for attr in ("_result", "_shown"):  # a staged Work shows the device arrays it wrote
+            if hasattr(out, attr):
+                setattr(out, attr, _mapped(getattr(out, attr), seen, model))
+        return out
+    if model is None or out is None:
+        return out
+    return _mapped(out, seen, model)
+
+
+def _mapped(value: Any, seen: dict[int, Any], model: Any) -> Any:
+    if isinstance(value, list):
+        return [_mapped(v, seen, model) for v in value]
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named result such as JaggedResult
+        return type(value)(*(_mapped(v, seen, model) for v in value))
+    original = seen.get(id(value))
+    if original is not None:
+        return original
+    if model is not None and kinds.kind_of(value) in (kinds.NUMPY, kinds.CUPY):
+        return kinds.like(value, model)
+    return value

@@ -1,0 +1,214 @@
+"""Array kinds: what an argument is (numpy, torch, cupy, a foreign array) and its view for the data paths.
+
+This is the one place that decides what kind an array is. Neither torch nor cupy is imported here:
+a kind is recognised by its type (its module, its class hierarchy, the array protocols it offers),
+once per type, so numpy users pay one dictionary lookup per argument. The data paths below the front
+door see only two kinds: numpy arrays (host) and the GPU backend's arrays (cupy, device).
+
+======================================  ===============  =============================================
+caller's array                          kind             what the data paths get
+======================================  ===============  =============================================
+``numpy.ndarray``                       ``numpy``        the array itself
+torch CPU tensor                        ``torch``        a zero-copy numpy view (``bfloat16`` through
+                                                         ``ml_dtypes``)
+torch CUDA tensor                       ``torch``        a zero-copy device array (the GPU backend's)
+cupy array                              ``cupy``         the array itself
+object with ``__cuda_array_interface__``  ``cuda``       a zero-copy device array
+object with ``__array_interface__``     ``host``         a zero-copy numpy view (``numpy.asarray``)
+object with ``__dlpack__`` only         ``dlpack``       a numpy view (CPU) or device array (CUDA)
+======================================  ===============  =============================================
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError
+from ..gpu.backend import backend
+
+__all__ = [
+    "CUDA",
+    "CUPY",
+    "DLPACK",
+    "HOST",
+    "LIST",
+    "NUMPY",
+    "OTHER",
+    "TORCH",
+    "foreign_view",
+    "kind_of",
+    "like",
+    "torch_view",
+    "view",
+]
+
+NUMPY, TORCH, CUPY, CUDA, HOST, DLPACK, OTHER = "numpy", "torch", "cupy", "cuda", "host", "dlpack", "other"
+#: A list or tuple (of arrays, in the list forms of the collectives).
+LIST = "list"
+
+#: Kinds whose arrays reach the data paths as they are.
+NATIVE = frozenset((NUMPY, OTHER))
+
+_KINDS: dict[type, str] = {np.ndarray: NUMPY, int: OTHER, float: OTHER, bool: OTHER, str: OTHER}
+_KINDS[type(None)] = OTHER
+_KINDS[list] = _KINDS[tuple] = LIST
+
+#: DLPack device types (``__dlpack_device__()[0]``) that are host memory: CPU, CUDA host, CUDA managed.
+_DLPACK_HOST = (1, 3, 13)
+
+
+def _classify(cls: type) -> str:
+    if issubclass(cls, np.ndarray):
+        return NUMPY
+    if issubclass(cls, np.generic):  # a numpy scalar is no buffer to write into: the host checks refuse it
+        return OTHER
+    if cls.__module__.startswith("torch") and any(
+        base.__name__ == "Tensor" and base.__module__ == "torch" for base in cls.__mro__
+    ):
+        return TORCH
+    if hasattr(cls, "__cuda_array_interface__"):
+        return CUPY if cls.__module__.startswith("cupy") else CUDA
+    if hasattr(cls, "__array_interface__") or hasattr(cls, "__array_struct__"):
+        return HOST
+    if hasattr(cls, "__dlpack__"):
+        return DLPACK
+    return OTHER
+
+
+def kind_of(x: object) -> str:
+    """The kind of ``x``, one of the module's constants (:data:`OTHER` for a non-array).
+
+    Example:
+        >>> import numpy as np
+        >>> kind_of(np.ones(2)), kind_of([1.0]), kind_of(None)
+        ('numpy', 'list', 'other')
+    """
+    cls = type(x)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = _KINDS[cls] = _classify(cls)
+    return kind
+
+
+def torch_view(t: Any, fn: str, arg: str, write: bool) -> Any:
+    """A torch tensor as the data paths take it: a numpy view on the CPU, a device array on CUDA.
+
+    No data is copied except the read-only argument of a tensor whose conjugate or negative bit is
+    set (torch's lazy ``conj()``), which is resolved into a new tensor as torch's own backends do.
+    A leaf tensor that requires grad is viewed through ``detach()``: written in place, as torch
+    writes it, without autograd.
+
+    Args:
+        t: The tensor.
+        fn: The public function, for messages.
+        arg: The argument's name, for messages.
+        write: Whether the call writes into ``t``.
+
+    Raises:
+        ArgumentTypeError: a sparse, nested, quantized or meta tensor, a device other than the CPU
+            or CUDA, or a dtype MPI cannot carry.
+        ArgumentError: a written tensor whose conjugate or negative bit is set.
+    """
+    try:
+        return t.numpy()  # the common case: a plain CPU tensor, about 0.7 us
+    except (RuntimeError, TypeError):
+        pass
+    torch = sys.modules["torch"]
+    what = f"{fn}: {arg} is a torch tensor"
+    if t.layout != torch.strided:
+        raise ArgumentTypeError(f"{what} with layout {t.layout}; expected a dense tensor (call .to_dense())")
+    for flag, name in ((t.is_nested, "nested"), (t.is_quantized, "quantized"), (t.is_meta, "meta")):
+        if flag:
+            raise ArgumentTypeError(
+                f"{what} that is {name}; expected a dense tensor with data on the CPU or a GPU"
+            )
+    if t.requires_grad:
+        t = t.detach()
+    if t.is_conj() or t.is_neg():
+        if write:
+            raise ArgumentError(
+                f"{what} with a lazy conjugate or negation bit; expected a tensor mpicomm can write "
+                "(call .resolve_conj() / .resolve_neg() first)"
+            )
+        t = t.resolve_conj().resolve_neg()
+    if t.device.type == "cuda":
+        return _device_view(t, fn, arg)
+    if t.device.type != "cpu":
+        raise ArgumentTypeError(f"{what} on device {t.device}; expected a CPU or CUDA tensor")
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_bfloat16(fn, arg))
+    try:
+        return t.numpy()
+    except (RuntimeError, TypeError) as exc:
+        raise ArgumentTypeError(f"{what} of dtype {t.dtype}, which MPI cannot carry ({exc})") from exc
+
+
+def _bfloat16(fn: str, arg: str) -> np.dtype[Any]:
+    try:
+        import ml_dtypes  # only when a bfloat16 tensor arrives: an optional package
+    except ImportError as exc:
+        raise ArgumentTypeError(
+            f"{fn}: {arg} is a bfloat16 tensor; numpy needs ml_dtypes to hold bfloat16 "
+            "(pip install ml_dtypes, or mpicomm[torch])"
+        ) from exc
+    dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    return dtype
+
+
+def _device_view(x: Any, fn: str, arg: str) -> Any:
+    """A device array of the GPU backend over ``x``'s memory (no copy; cupy is imported only now)."""
+    return backend().wrap(x, fn, arg)
+
+
+def foreign_view(x: Any, kind: str, fn: str, arg: str) -> Any:
+    """A foreign array (``__array_interface__``, ``__cuda_array_interface__``, DLPack) as the paths take it.
+
+    Raises:
+        ArgumentTypeError: the object's memory is neither host nor CUDA memory.
+    """
+    if kind == HOST:
+        return np.asarray(x)
+    if kind == CUDA:
+        return _device_view(x, fn, arg)
+    device = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else 1
+    if device in _DLPACK_HOST:
+        return np.from_dlpack(x)
+    if device == 2:
+        return _device_view(x, fn, arg)
+    raise ArgumentTypeError(
+        f"{fn}: {arg} is a {type(x).__qualname__} in DLPack device type {device}; "
+        "expected host or CUDA memory"
+    )
+
+
+def view(x: Any, kind: str, fn: str, arg: str, write: bool) -> Any:
+    """``x`` of ``kind`` as the data paths take it (see the module table)."""
+    if kind == TORCH:
+        return torch_view(x, fn, arg, write)
+    if kind in NATIVE or kind == CUPY:
+        return x
+    return foreign_view(x, kind, fn, arg)
+
+
+def like(arr: Any, model: Any) -> Any:
+    """A new array from a data path (numpy or device) in the kind of the caller's ``model`` array.
+
+    torch in, torch out (zero-copy, on the model's device); numpy and cupy arrays stay as they are;
+    foreign kinds get numpy or cupy arrays.
+
+    Example:
+        >>> import numpy as np
+        >>> like(np.arange(3), np.zeros(1))
+        array([0, 1, 2])
+    """
+    if kind_of(model) != TORCH or kind_of(arr) == TORCH:
+        return arr
+    torch = sys.modules["torch"]
+    if isinstance(arr, np.ndarray):
+        if arr.dtype.name == "bfloat16":
+            return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(arr)
+    return torch.from_dlpack(arr)
