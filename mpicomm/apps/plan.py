@@ -192,7 +192,7 @@ def _launcher_note(mpi: str) -> str:
     python, choice = job_launcher(mpi=mpi)
     return (
         "launcher: chosen when the job starts (MPICOMM_LAUNCHER=auto|mpiexec|srun, default auto); "
-        f"submitted from this shell, whose job interpreter is {python} (MPICOMM_PYTHON, default python3), it is "
+        f"submitted from this shell (job interpreter {python}: MPICOMM_PYTHON, default python3), it is "
         f"{choice.describe()}"
     )
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from .chart import format_bytes, format_layout_table, format_load_chart, format_plan_table
 from .environment import LayoutMismatchError, check_environment, job_rank_and_size
 from .hostlist import expand_hostlist, expand_tasks_per_node
-from .launcher import LauncherChoice, choose_launcher, job_launcher, launch_lines
 from .io import Spec, load_plan, load_spec, parse_spec, plan_to_dict, save_plan
+from .launcher import LauncherChoice, choose_launcher, job_launcher, launch_lines
 from .layout import JobShape, RankLayout, RankPlacement
 from .partitioner import GreedyPerfPartitioner
 from .render import render_sbatch

@@ -72,7 +72,7 @@ class LauncherChoice:
 
 
 def is_mpich_wheel(version: str) -> bool:
-    """Whether an MPI library version string is the one of PyPI's MPICH wheel.
+    r"""Whether an MPI library version string is the one of PyPI's MPICH wheel.
 
     Args:
         version: what ``python -m mpi4py --mpi-lib-version`` prints (``MPI.Get_library_version()``).
@@ -81,7 +81,7 @@ def is_mpich_wheel(version: str) -> bool:
         True when it names the wheel's PyPI page.
 
     Example:
-        >>> is_mpich_wheel("MPICH Version: 5.0.2\\nMPICH Custom Information: https://pypi.org/p/mpich/5.0.2/")
+        >>> is_mpich_wheel("MPICH Version: 5.0.2\nMPICH Custom Information: https://pypi.org/p/mpich/5.0.2/")
         True
         >>> is_mpich_wheel("Open MPI v4.1.4, package: Debian OpenMPI")
         False
@@ -233,17 +233,17 @@ def launch_lines(layout: RankLayout, command: Sequence[str], mpi: str = "pmi2") 
     Example:
         >>> from mpicomm.planner import JobShape
         >>> lines = launch_lines(RankLayout.from_shape(JobShape(nodes=2, ntasks_per_node=4)), ["x.py"])
-        >>> [line.split()[0] for line in lines if line.lstrip().startswith(("srun", "HYDRA"))]
+        >>> [line.split()[0] for line in lines if line.lstrip().startswith(("srun ", "HYDRA"))]
         ['HYDRA_LAUNCHER_EXTRA_ARGS="--cpus-per-task=${SLURM_NTASKS_PER_NODE:-4}"', 'srun']
     """
     shape = layout.shape
     run = " ".join(shlex.quote(a) for a in command)
     cyclic = " -ppn 1" if shape.distribution == "cyclic" else ""
     return [
-        "# The launcher, chosen now: MPICOMM_LAUNCHER=auto (default), mpiexec or srun. auto takes the mpiexec",
-        "# beside the interpreter when its MPI library is PyPI's MPICH wheel (srun's pmi2 plugin cuts the",
-        "# wheel's PMI requests over 1024 bytes: on 2+ nodes the job would hang in MPI_Init), else",
-        "# srun --mpi=$MPICOMM_SRUN_MPI. See docs/jobs.rst, 'Which launcher for which MPI'.",
+        "# The launcher, chosen now: MPICOMM_LAUNCHER=auto (default), mpiexec or srun. auto takes the",
+        "# mpiexec beside the interpreter when its MPI library is PyPI's MPICH wheel (srun's pmi2 plugin",
+        "# cuts the wheel's PMI requests over 1024 bytes: on 2+ nodes the job would hang in MPI_Init),",
+        "# else srun --mpi=$MPICOMM_SRUN_MPI. See docs/jobs.rst, 'Which launcher for which MPI'.",
         "py=${MPICOMM_PYTHON:-python3}",
         "launcher=${MPICOMM_LAUNCHER:-auto}",
         'why="MPICOMM_LAUNCHER=$launcher"',

@@ -149,8 +149,8 @@ def render_sbatch(
     lines += [f"#SBATCH {s}" for s in sb]
     plugin = _plain("mpi", mpi)
     lines += [
-        "# The interpreter comes from MPICOMM_PYTHON, the launcher from MPICOMM_LAUNCHER (below). The exit code",
-        "# is the launcher's: non-zero when any rank fails.",
+        "# The interpreter comes from MPICOMM_PYTHON, the launcher from MPICOMM_LAUNCHER (below). The exit",
+        "# code is the launcher's: non-zero when any rank fails.",
         "set -euo pipefail",
         *(_cd_lines(chdir) if chdir is not None and not os.path.isabs(chdir) else []),
         f"export OMP_NUM_THREADS={shape.cpus_per_task}",
