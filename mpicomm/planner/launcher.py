@@ -170,7 +170,7 @@ def job_launcher(environ: Mapping[str, str] | None = None, mpi: str = "pmi2") ->
     """The launcher a batch script submitted from this environment would use, and the interpreter it asked.
 
     The interpreter is the scripts' ``${MPICOMM_PYTHON:-python3}``; its MPI library version is read in a
-    child process (:func:`library_version`), so the answer holds for the nodes when they see the same
+    child process (``library_version``), so the answer holds for the nodes when they see the same
     interpreter.
 
     Args:

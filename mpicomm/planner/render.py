@@ -71,7 +71,7 @@ def render_sbatch(
 ) -> str:
     """The text of a batch script that runs ``command`` on every rank of ``layout``.
 
-    The launcher is chosen when the job starts (:func:`~mpicomm.planner.launcher.launch_lines`):
+    The launcher is chosen when the job starts (``mpicomm.planner.launch_lines``):
     ``MPICOMM_LAUNCHER=auto`` (the default) runs the MPICH wheel's own ``mpiexec`` beside the interpreter
     when the job's MPI library is PyPI's MPICH wheel, and ``srun --mpi="${MPICOMM_SRUN_MPI:-<mpi>}"
     --cpus-per-task=<n>`` for any other MPI; ``mpiexec`` or ``srun`` force one. The interpreter is

@@ -61,7 +61,7 @@ def test_no_account_or_partition_lines_without_arguments_or_environment() -> Non
     text = render_sbatch(RankLayout.from_shape(JobShape()), ["x.py"], job_name="j", environ={})
     assert "--account" not in text and "--partition" not in text and "--gpus-per-node" not in text
     assert 'srun --mpi="${MPICOMM_SRUN_MPI:-pmi2}" --cpus-per-task=1 "$py" -m mpi4py x.py' in text
-    assert 'py=${MPICOMM_PYTHON:-python3}' in text and text.endswith("esac\n")
+    assert "py=${MPICOMM_PYTHON:-python3}" in text and text.endswith("esac\n")
     sbatch = [i for i, line in enumerate(text.splitlines()) if line.startswith("#SBATCH")]
     first_command = next(i for i, line in enumerate(text.splitlines()) if line and not line.startswith("#"))
     assert max(sbatch) < first_command, "sbatch stops reading #SBATCH lines at the first command"
