@@ -1,7 +1,8 @@
 """``python -m mpicomm info``: the versions and MPI features this installation runs with.
 
 Run it where jobs run (``mpirun -n 2 python -m mpicomm info``) to see which MPI library mpi4py
-loaded, whether it has MPI-4 large counts, which thread level MPI granted, whether it takes CUDA device
+loaded, whether it has MPI-4 large counts, which thread level MPI granted, which launcher the Slurm
+scripts would start it with and why, whether it takes CUDA device
 buffers (and why mpicomm thinks so), cupy and the visible GPUs; only rank 0 prints.
 """
 
@@ -21,6 +22,7 @@ from ..core import buffers
 from ..core.groups import get_rank, get_world_size, init
 from ..errors import MpicommError
 from ..gpu import cuda_aware, staging
+from ..planner.launcher import choose_launcher
 
 __all__ = ["collect", "main"]
 
@@ -38,7 +40,7 @@ def collect() -> list[tuple[str, str]]:
         True
     """
     init()
-    return _package_lines() + _mpi_lines() + _gpu_lines()
+    return _package_lines() + _mpi_lines() + [_launcher_line()] + _gpu_lines()
 
 
 def _package_lines() -> list[tuple[str, str]]:
@@ -72,6 +74,15 @@ def _mpi_lines() -> list[tuple[str, str]]:
         ("world size", str(get_world_size())),
         ("thread level", names.get(level, str(level))),
     ]
+
+
+def _launcher_line() -> tuple[str, str]:
+    """What a batch script from ``python -m mpicomm plan`` would start this MPI library with, and why."""
+    try:
+        choice = choose_launcher(str(_mpi.MPI.Get_library_version()))  # every line: the wheel's is the last
+    except MpicommError as exc:
+        return ("Slurm launcher", f"error: {exc}")
+    return ("Slurm launcher", choice.describe())
 
 
 def _gpu_lines() -> list[tuple[str, str]]:

@@ -30,6 +30,7 @@ from ..planner import (
     format_layout_table,
     format_load_chart,
     format_plan_table,
+    job_launcher,
     load_spec,
     render_sbatch,
     save_plan,
@@ -50,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         "chart, "
         "write it as JSON and write the Slurm batch script for its layout. No MPI needed.",
         epilog="The command run on every task goes after --, e.g. -- -m mpicomm.demo; the script runs it as "
-        '"${MPICOMM_PYTHON:-python3}" -m mpi4py <command>.',
+        '"${MPICOMM_PYTHON:-python3}" -m mpi4py <command>, started by the MPICH wheel\'s mpiexec or by srun '
+        "(MPICOMM_LAUNCHER=auto|mpiexec|srun, chosen when the job starts; see docs/jobs.rst).",
     )
     p.add_argument(
         "spec", nargs="?", help="topology and sharding options, .toml or .json (see docs/planner.rst)"
@@ -75,7 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--output", default="%x-%j.out", help="output file pattern (default %%x-%%j.out)")
     sb.add_argument("--account", help="default: $MPICOMM_ACCOUNT, else none")
     sb.add_argument("--partition", help="default: $MPICOMM_PARTITION, else none")
-    sb.add_argument("--mpi", default="pmi2", help="default srun --mpi plugin (pmi2: MPICH; pmix: Open MPI)")
+    sb.add_argument(
+        "--mpi",
+        default="pmi2",
+        help="default srun --mpi plugin when srun launches (pmi2: MPICH; pmix: Open MPI)",
+    )
     sb.add_argument(
         "--chdir",
         metavar="DIR",
@@ -174,9 +180,21 @@ def _run(argv: list[str]) -> int:
         )
         Path(args.sbatch).write_text(text)
         say(f"batch script written to {args.sbatch}")
+        if not args.quiet:
+            say(_launcher_note(args.mpi))
     elif command:
         raise ArgumentError("--: a command after -- is only used with --sbatch FILE")
     return 0
+
+
+def _launcher_note(mpi: str) -> str:
+    """Which launcher the script picks when it starts, as seen from this shell, and why."""
+    python, choice = job_launcher(mpi=mpi)
+    return (
+        "launcher: chosen when the job starts (MPICOMM_LAUNCHER=auto|mpiexec|srun, default auto); "
+        f"submitted from this shell (job interpreter {python}: MPICOMM_PYTHON, default python3), it is "
+        f"{choice.describe()}"
+    )
 
 
 def _chdir(given: str | None, sbatch: str) -> str:

@@ -19,6 +19,7 @@ from .chart import format_bytes, format_layout_table, format_load_chart, format_
 from .environment import LayoutMismatchError, check_environment, job_rank_and_size
 from .hostlist import expand_hostlist, expand_tasks_per_node
 from .io import Spec, load_plan, load_spec, parse_spec, plan_to_dict, save_plan
+from .launcher import LauncherChoice, choose_launcher, job_launcher, launch_lines
 from .layout import JobShape, RankLayout, RankPlacement
 from .partitioner import GreedyPerfPartitioner
 from .render import render_sbatch
@@ -30,6 +31,7 @@ __all__ = [
     "DeviceLoad",
     "GreedyPerfPartitioner",
     "JobShape",
+    "LauncherChoice",
     "LayoutMismatchError",
     "Perf",
     "Plan",
@@ -43,13 +45,16 @@ __all__ = [
     "Storage",
     "Topology",
     "check_environment",
+    "choose_launcher",
     "expand_hostlist",
     "expand_tasks_per_node",
     "format_bytes",
     "format_layout_table",
     "format_load_chart",
     "format_plan_table",
+    "job_launcher",
     "job_rank_and_size",
+    "launch_lines",
     "load_plan",
     "load_spec",
     "parse_spec",

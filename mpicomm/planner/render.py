@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 
 from ..errors import ArgumentError, ArgumentTypeError
+from .launcher import launch_lines
 from .layout import RankLayout
 
 __all__ = ["check_time", "render_sbatch"]
@@ -69,15 +69,16 @@ def render_sbatch(
     environ: Mapping[str, str] | None = None,
     chdir: str | None = None,
 ) -> str:
-    """The text of a batch script that runs ``command`` on every rank of ``layout`` with ``srun``.
+    """The text of a batch script that runs ``command`` on every rank of ``layout``.
 
-    The launch line is ``srun --mpi="${MPICOMM_SRUN_MPI:-<mpi>}" --cpus-per-task=<n>
-    "${MPICOMM_PYTHON:-python3}" -m mpi4py <command...>``: the MPI plugin and the interpreter can be
-    changed at submit time without editing the script; srun is given the CPUs per task itself (since
-    Slurm 22.05 it does not take them from sbatch); ``-m mpi4py`` makes one rank's uncaught exception end
-    the whole job. The script's exit code is srun's: non-zero when any rank fails. With ``chdir`` the job
-    runs in a fixed directory wherever the script is submitted from, so relative paths in ``command``
-    (a plan file) still resolve.
+    The launcher is chosen when the job starts (``mpicomm.planner.launch_lines``):
+    ``MPICOMM_LAUNCHER=auto`` (the default) runs the MPICH wheel's own ``mpiexec`` beside the interpreter
+    when the job's MPI library is PyPI's MPICH wheel, and ``srun --mpi="${MPICOMM_SRUN_MPI:-<mpi>}"
+    --cpus-per-task=<n>`` for any other MPI; ``mpiexec`` or ``srun`` force one. The interpreter is
+    ``"${MPICOMM_PYTHON:-python3}"``, run as ``-m mpi4py <command...>`` so that one rank's uncaught
+    exception ends the whole job. The script's exit code is the launcher's: non-zero when any rank fails.
+    With ``chdir`` the job runs in a fixed directory wherever the script is submitted from, so relative
+    paths in ``command`` (a plan file) still resolve.
 
     Args:
         layout: the rank layout (nodes, tasks per node, GPUs per node, CPUs per task, distribution).
@@ -87,7 +88,7 @@ def render_sbatch(
         output: ``#SBATCH --output`` (``%x`` is the job name, ``%j`` the job id).
         account: ``#SBATCH --account``; default the ``MPICOMM_ACCOUNT`` environment variable, else none.
         partition: ``#SBATCH --partition``; default ``MPICOMM_PARTITION``, else none.
-        mpi: the default ``srun --mpi`` plugin: ``pmi2`` for MPICH, ``pmix`` for Open MPI.
+        mpi: the default ``srun --mpi`` plugin when srun launches: ``pmi2`` for MPICH, ``pmix`` for Open MPI.
         header: comment lines put under the ``#!`` line (without the ``#``), e.g. how to regenerate.
         environ: where ``MPICOMM_ACCOUNT``/``MPICOMM_PARTITION`` are read; default ``os.environ``.
         chdir: where the job runs: an absolute path becomes ``#SBATCH --chdir``; a relative one is taken
@@ -106,11 +107,10 @@ def render_sbatch(
         >>> from mpicomm.planner import JobShape, RankLayout
         >>> text = render_sbatch(RankLayout.from_shape(JobShape(nodes=2, ntasks_per_node=4)),
         ...                      ["-m", "mpicomm.demo"], job_name="demo", environ={})
-        >>> launch = text.splitlines()[-1]
-        >>> launch.split()[:3]
-        ['srun', '--mpi="${MPICOMM_SRUN_MPI:-pmi2}"', '--cpus-per-task=1']
-        >>> launch.endswith('"${MPICOMM_PYTHON:-python3}" -m mpi4py -m mpicomm.demo')
-        True
+        >>> [line.split()[:3] for line in text.splitlines() if line.lstrip().startswith("srun ")]
+        [['srun', '--mpi="${MPICOMM_SRUN_MPI:-pmi2}"', '--cpus-per-task=1']]
+        >>> text.count('"$py" -m mpi4py -m mpicomm.demo')  # under mpiexec and under srun
+        2
     """
     if not isinstance(layout, RankLayout):
         raise ArgumentTypeError(f"{_FN}: layout is {type(layout).__name__}; expected a RankLayout")
@@ -149,13 +149,12 @@ def render_sbatch(
     lines += [f"#SBATCH {s}" for s in sb]
     plugin = _plain("mpi", mpi)
     lines += [
-        "# srun's MPI plugin comes from MPICOMM_SRUN_MPI (pmi2 suits MPICH, pmix Open MPI), the interpreter",
-        "# from MPICOMM_PYTHON. The exit code is srun's: non-zero when any rank fails.",
+        "# The interpreter comes from MPICOMM_PYTHON, the launcher from MPICOMM_LAUNCHER (below). The exit",
+        "# code is the launcher's: non-zero when any rank fails.",
         "set -euo pipefail",
         *(_cd_lines(chdir) if chdir is not None and not os.path.isabs(chdir) else []),
         f"export OMP_NUM_THREADS={shape.cpus_per_task}",
-        f'srun --mpi="${{MPICOMM_SRUN_MPI:-{plugin}}}" --cpus-per-task={shape.cpus_per_task} '
-        '"${MPICOMM_PYTHON:-python3}" -m mpi4py ' + " ".join(shlex.quote(a) for a in command),
+        *launch_lines(layout, command, plugin),
     ]
     return "\n".join(lines) + "\n"
 

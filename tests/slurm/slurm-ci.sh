@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A real Slurm (Debian's slurm-wlm 22.05 + munge) on this one machine, for mpicomm's job tests.
 #
-#   tests/slurm/slurm-ci.sh install   apt-get slurm-wlm and munge if missing (root, Debian/Ubuntu)
+#   tests/slurm/slurm-ci.sh install   apt-get slurm-wlm and munge if missing (root, Debian/Ubuntu), and
+#                                     Debian's Open MPI with its mpi4py and PMIx (a non-wheel MPI for the
+#                                     launcher tests; best effort)
 #   tests/slurm/slurm-ci.sh start     write /etc/slurm/slurm.conf, start munged, slurmctld, 3 slurmds
 #   tests/slurm/slurm-ci.sh status    what runs, the nodes and the queue
 #   tests/slurm/slurm-ci.sh stop      cancel jobs, stop what start started (by pid), restore the files
@@ -36,8 +38,27 @@ installed() {
   done
 }
 
+# Debian's Open MPI, its mpi4py (for /usr/bin/python3) and the PMIx library that srun --mpi=pmix loads: a
+# non-wheel MPI, started by srun, for the launcher tests. Best effort: those tests skip without it.
+# slurmd must start after libpmix.so exists (else --mpi=pmix fails after 20 s), so this runs before start.
+PMIX_LIB=/usr/lib/x86_64-linux-gnu/pmix2/lib
+install_open_mpi() {
+  if ! /usr/bin/python3 -c 'import mpi4py' 2>/dev/null || [ ! -e "$PMIX_LIB/libpmix.so.2" ]; then
+    say "installing Debian's openmpi-bin, python3-mpi4py and libpmix2 (apt-get, no recommends)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      openmpi-bin python3-mpi4py libpmix2 >/dev/null || { say "Open MPI not installed: its tests skip"; return 0; }
+  fi
+  if [ -e "$PMIX_LIB/libpmix.so.2" ] && [ ! -e "$PMIX_LIB/libpmix.so" ]; then
+    ln -s libpmix.so.2 "$PMIX_LIB/libpmix.so"  # only libpmix-dev ships it, with a dozen build tools
+  fi
+}
+
 cmd_install() {
-  if installed; then say "slurm-wlm and munge already installed"; return 0; fi
+  if installed; then
+    say "slurm-wlm and munge already installed"
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then install_open_mpi; fi
+    return 0
+  fi
   if [ "$(id -u)" != 0 ]; then
     echo "slurm-ci: not root: cannot install slurm-wlm and munge (run as root: make test-slurm)" >&2
     exit 77
@@ -52,6 +73,7 @@ cmd_install() {
   apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null \
     || die "apt-get install slurm-wlm munge failed"
   installed || die "slurm-wlm and munge installed, but their commands are missing"
+  install_open_mpi
 }
 
 # --- pids: one "name pid" line per daemon that start launched ---------------------------------------

@@ -11,12 +11,11 @@ import re
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
+from mpicomm.planner import JobShape, RankLayout, render_sbatch
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "slurm-ci.sh"
@@ -53,10 +52,6 @@ def job_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE), env.get("PYTHONPATH", "")) if p)
     env["MPICOMM_RANK_PROBE_DIR"] = str(PROBE_DIR)
     env.update({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    # The MPICH wheel's long UCX address puts sometimes reach Slurm's pmi2 plugin garbled, in bursts (a
-    # Slurm/MPICH bug outside mpicomm, docs/jobs.rst); loopback alone keeps the addresses shorter. (The
-    # wheel's libfabric netmod avoids the puts but hung a job whose rank aborts: not an option.)
-    env.setdefault("UCX_NET_DEVICES", "lo")
     env.update(extra or {})
     return env
 
@@ -94,12 +89,26 @@ class Job:
         return self.output.read_text(errors="replace") if self.output.exists() else ""
 
     def last_line(self, task: int | None = None) -> str:
-        """The last non-empty line of the output, or of one task's lines when srun labelled them."""
+        """The last non-empty line of the output, or of one task's lines when they were labelled.
+
+        srun labels a task's lines ``0: ``, the MPICH wheel's mpiexec ``[0] ``; both are read.
+        """
         lines = [line.strip() for line in self.text.splitlines() if line.strip()]
         if task is not None:
-            labelled = (re.fullmatch(r"(\d+):\s?(.*)", line) for line in lines)
-            lines = [m.group(2).strip() for m in labelled if m and int(m.group(1)) == task]
+            labelled = (re.fullmatch(r"(?:(\d+):|\[(\d+)\])\s?(.*)", line) for line in lines)
+            lines = [m.group(3).strip() for m in labelled if m and int(m.group(1) or m.group(2)) == task]
         return lines[-1] if lines else ""
+
+    def launcher(self) -> str:
+        """The launcher line the batch script printed: ``mpiexec (auto: ...)`` or ``srun (...)``."""
+        found = re.search(r"^mpicomm: launcher (.*)$", self.text, re.MULTILINE)
+        return found.group(1) if found else ""
+
+    def run_seconds(self) -> int:
+        """How long the job ran (``RunTime``), in seconds."""
+        days, _, clock = _field(self.record, "RunTime").rpartition("-")
+        h, m, sec = (int(x) for x in clock.split(":"))
+        return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
 
     def ranks(self) -> dict[int, list[str]]:
         """What the rank probe recorded: rank -> [rank, size, MPI processor name, SLURMD_NODENAME]."""
@@ -117,22 +126,17 @@ class Job:
         )
 
 
-#: What slurmstepd writes when its pmi2 plugin misreads a PMI-1 request of the MPICH wheel's start-up
-#: (a long segmented "put" read in pieces, seen under load in about 1 of 10 CI runs; docs/jobs.rst).
-#: The ranks then wait in MPI_Init forever, before any mpicomm code runs.
+#: What slurmstepd writes when its pmi2 plugin cuts a PMI-1 request of the MPICH wheel (over 1024 bytes);
+#: the ranks then wait in MPI_Init forever. The launcher choice keeps the wheel away from srun on 2+ nodes.
 GARBLED_PMI = "mpi/pmi2: invalid client request"
-
-
-class GarbledPmiStartupError(Exception):
-    """The job's MPI start-up hit Slurm's PMI request misread (:data:`GARBLED_PMI`)."""
 
 
 def wait(job_id: str, output: Path, timeout: float = 150.0) -> Job:
     """Poll ``scontrol show job`` every 0.5 s until the job ends; scancel it after ``timeout`` s.
 
     Raises:
-        GarbledPmiStartupError: the output shows Slurm's PMI misread (the job is cancelled at once).
-        AssertionError: the job ran past ``timeout``.
+        AssertionError: the job ran past ``timeout``, or its output shows Slurm's PMI misread (then it is
+            cancelled at once: nothing retries it).
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -144,16 +148,14 @@ def wait(job_id: str, output: Path, timeout: float = 150.0) -> Job:
             return Job(job_id, state, exit_code, output, record)
         if output.exists() and GARBLED_PMI in output.read_text(errors="replace"):
             subprocess.run(["scancel", job_id], check=False)
-            raise GarbledPmiStartupError(f"job {job_id}: {GARBLED_PMI} (see {output})")
+            raise AssertionError(
+                f"job {job_id}: MPI start-up garbled by Slurm's pmi2 plugin ({GARBLED_PMI!r} in {output}): "
+                "the MPICH wheel was started by srun on 2+ nodes, which the launcher choice must avoid"
+            )
         if time.monotonic() > deadline:
             subprocess.run(["scancel", job_id], check=False)
             raise AssertionError(f"job {job_id} still {state} after {timeout} s: cancelled\n{record}")
         time.sleep(0.5)
-
-
-#: Submissions of one job before a garbled PMI start-up fails the test. The misread depends on the
-#: bytes of the ranks' addresses (process ids among them), so a new submission usually gets through.
-PMI_ATTEMPTS = 6
 
 
 def submit(
@@ -163,7 +165,7 @@ def submit(
     env: Mapping[str, str] | None = None,
     timeout: float = 150.0,
 ) -> Job:
-    """Submit ``script`` from the repository root with ``options`` and wait for it to end.
+    """Submit ``script`` from the repository root with ``options`` and wait for it to end (once: no retries).
 
     The output goes to ``$SLURM_CI_DIR/jobs/<job name>-<job id>.out`` (given on the command line, it
     overrides the script's ``#SBATCH --output``), so that tests leave nothing in the repository.
@@ -171,22 +173,18 @@ def submit(
     JOB_DIR.mkdir(parents=True, exist_ok=True)
     PROBE_DIR.mkdir(parents=True, exist_ok=True)
     argv = ["sbatch", "--parsable", f"--output={JOB_DIR}/%x-%j.out", *options, str(script)]
-    last: GarbledPmiStartupError | None = None
-    for attempt in range(PMI_ATTEMPTS):
-        job_id = run(argv, env=env).strip().split(";")[0]
-        record = run(["scontrol", "show", "job", "-o", job_id]).strip()
-        try:
-            return wait(job_id, Path(_field(record, "StdOut")), timeout)
-        except GarbledPmiStartupError as exc:
-            # Slurm's bug, not ours: submit again, and say so in the test report
-            warnings.warn(f"{exc}; attempt {attempt + 1} of {PMI_ATTEMPTS}", stacklevel=2)
-            last = exc
-            time.sleep(2 + 2 * attempt)  # the misreads come in bursts (a loaded machine): back off
-    # Not mpicomm's failure, and nothing of mpicomm ran: skip with the evidence rather than fail CI.
-    pytest.skip(
-        f"{script.name}: MPI start-up garbled by Slurm's pmi2 plugin {PMI_ATTEMPTS} times in a row "
-        f"(Slurm/MPICH PMI bug, docs/jobs.rst): {last}"
-    )
+    job_id = run(argv, env=env).strip().split(";")[0]
+    record = run(["scontrol", "show", "job", "-o", job_id]).strip()
+    return wait(job_id, Path(_field(record, "StdOut")), timeout)
+
+
+def render(
+    path: Path, shape: JobShape, command: Sequence[str], *, name: str, time_limit: str = "00:02:00", **kw: str
+) -> Path:
+    """Write the planner's batch script for ``shape`` running ``command`` (launcher chosen at run time)."""
+    layout = RankLayout.from_shape(shape)
+    path.write_text(render_sbatch(layout, list(command), job_name=name, time=time_limit, environ={}, **kw))
+    return path
 
 
 def sbatch_directives(script: Path) -> dict[str, str]:

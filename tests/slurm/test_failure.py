@@ -1,12 +1,14 @@
-"""A job in which one rank fails must end at once and exit non-zero, not hang until its time limit."""
+"""A job in which one rank fails must end at once and exit non-zero, not hang until its time limit.
+
+Two nodes under the scripts' own launcher choice (the MPICH wheel's mpiexec), one node under srun.
+"""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
-from slurmjob import job_env, submit
+from slurmjob import job_env, render, submit
 
 from mpicomm.planner import JobShape, RankLayout, render_sbatch
 
@@ -27,35 +29,29 @@ mpicomm.barrier()
 print(f"rank {rank}: the barrier returned although rank {failing % size} failed", flush=True)
 """
 
-SCRIPT = """\
-#!/bin/bash
-#SBATCH --job-name=mpicomm-fail
-#SBATCH --nodes=2
-#SBATCH --ntasks-per-node=2
-#SBATCH --time=00:02:00
-set -euo pipefail
-srun "$MPICOMM_PYTHON" -m mpi4py {program} {failing}
-"""
+MAX_SECONDS = 30  # "at once": far below the 2-minute limit a hung job would run into
 
 
 def _write(tmp_path: Path, failing: int) -> Path:
     program = tmp_path / "fail.py"
     program.write_text(PROGRAM)
-    script = tmp_path / "fail.sbatch"
-    script.write_text(textwrap.dedent(SCRIPT.format(program=program, failing=failing)))
-    return script
+    shape = JobShape(nodes=2, ntasks_per_node=2)
+    return render(tmp_path / "fail.sbatch", shape, [str(program), str(failing)], name="mpicomm-fail")
 
 
 @pytest.mark.parametrize("failing", [3, 0])
-def test_job_with_one_failing_rank_exits_nonzero(tmp_path: Path, failing: int) -> None:
+def test_two_node_job_with_one_failing_rank_ends_at_once_nonzero(tmp_path: Path, failing: int) -> None:
     job = submit(_write(tmp_path, failing), ["--partition", "two"], env=job_env())
+    assert job.launcher().startswith("mpiexec (auto: "), job.describe()
     assert job.state == "FAILED" and job.exit_code != 0, job.describe()
+    assert job.run_seconds() < MAX_SECONDS, f"ran {job.run_seconds()} s\n{job.describe()}"
     assert f"rank {failing} of 4 fails on purpose" in job.text, job.describe()
     assert "the barrier returned" not in job.text, job.describe()
 
 
-def test_rendered_job_with_one_failing_rank_exits_nonzero(tmp_path: Path) -> None:
-    layout = RankLayout.from_shape(JobShape(nodes=2, ntasks_per_node=2), node_names="n[1-2]")
+def test_rendered_job_with_one_failing_rank_exits_nonzero_under_srun(tmp_path: Path) -> None:
+    # srun with the wheel only on one node (no PMI address exchange there); the partition from the environment
+    layout = RankLayout.from_shape(JobShape(nodes=1, ntasks_per_node=4), node_names="n0")
     program = tmp_path / "fail.py"
     program.write_text(PROGRAM)
     script = tmp_path / "rendered-fail.sbatch"
@@ -64,12 +60,14 @@ def test_rendered_job_with_one_failing_rank_exits_nonzero(tmp_path: Path) -> Non
         [str(program), "1"],
         job_name="mpicomm-rendered-fail",
         time="00:02:00",
-        environ={"MPICOMM_PARTITION": "two"},
+        environ={"MPICOMM_PARTITION": "one"},
     )
-    assert "#SBATCH --partition=two" in text, text
+    assert "#SBATCH --partition=one" in text, text
     script.write_text(text)
-    job = submit(script, env=job_env())
+    job = submit(script, env=job_env({"MPICOMM_LAUNCHER": "srun"}))
+    assert job.launcher() == "srun (MPICOMM_LAUNCHER=srun)", job.describe()
     assert job.state == "FAILED" and job.exit_code != 0, job.describe()
-    assert "Partition=two " in job.record, job.describe()
+    assert job.run_seconds() < MAX_SECONDS, f"ran {job.run_seconds()} s\n{job.describe()}"
+    assert "Partition=one " in job.record, job.describe()
     assert "rank 1 of 4 fails on purpose" in job.text, job.describe()
     assert "the barrier returned" not in job.text, job.describe()

@@ -60,10 +60,12 @@ def test_job_script_runs_on_every_rank_and_ends_with_its_summary(script: Path) -
     for needed in ("job-name", "time", "output"):
         assert needed in directives, f"{script.name} has no #SBATCH --{needed}"
     ranks, nodes = _ranks(directives), int(directives.get("nodes", "1"))
-    # SLURM_LABELIO: srun prefixes each line with its task, so that rank 0's last line can be told
-    # from the other ranks' lines, which reach the output file in any order.
+    # SLURM_LABELIO: the launcher prefixes each line with its rank ("[0] " under the wheel's mpiexec,
+    # "0: " under srun), so that rank 0's last line can be told from the other ranks' lines.
     options = ["--partition", _partition(directives), "--time=3"]
     job = submit(script, options, env=job_env({"SLURM_LABELIO": "1"}))
+    # this venv's MPI is PyPI's MPICH wheel: auto picks its own mpiexec, on one node as on two
+    assert job.launcher().startswith("mpiexec (auto: the MPI library is PyPI's MPICH wheel"), job.describe()
     assert job.state == "COMPLETED" and job.exit_code == 0, job.describe()
     if script.name in FINAL_LINES:
         want, last = FINAL_LINES[script.name](), job.last_line(task=0)
@@ -81,11 +83,11 @@ def test_rank_probe_catches_silent_singletons(tmp_path: Path) -> None:
     # The rank check above must see that, or a broken launch line would pass for a 4-rank job.
     script = tmp_path / "singletons.sbatch"
     script.write_text(
-        "#!/bin/bash\n#SBATCH --job-name=mpicomm-singletons\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n"
+        "#!/bin/bash\n#SBATCH --job-name=mpicomm-singletons\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=4\n"
         "#SBATCH --time=00:02:00\n"
         'srun --mpi=none "$MPICOMM_PYTHON" -m mpi4py -c "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"\n'
     )
-    job = submit(script, ["--partition", "two"], env=job_env())
+    job = submit(script, ["--partition", "one"], env=job_env())
     assert job.state == "COMPLETED" and job.exit_code == 0, job.describe()
     seen = job.ranks()
     assert sorted(seen) == [0] and seen[0][1] == "1", (

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
-from slurmjob import PROBE_DIR, REPO, job_env, nodes_have_own_hostnames, run, submit
+from slurmjob import PROBE_DIR, REPO, job_env, nodes_have_own_hostnames, render, run, submit
 
 from mpicomm.planner import JobShape, RankLayout
 
@@ -67,40 +66,59 @@ def test_rank_layout_agrees_with_srun(partition: str, shape: JobShape) -> None:
     assert len({name for _, _, name, _ in tasks.values()}) == shape.nodes, f"Slurm's nodes: {tasks}"
 
 
-SCRIPT = """\
-#!/bin/bash
-#SBATCH --job-name=mpicomm-layout
-#SBATCH --nodes=2
-#SBATCH --ntasks-per-node=4
-#SBATCH --time=00:02:00
-set -euo pipefail
-{launch} "$MPICOMM_PYTHON" -m mpi4py {program} 2 4 block {source}
-"""
-LAUNCHES = {"srun": "srun", "mpiexec": '"$(dirname "$MPICOMM_PYTHON")/mpiexec" -n "$SLURM_NTASKS"'}
-CHECKS = [("srun", "mpi"), ("srun", "env"), ("mpiexec", "env"), ("mpiexec", "mpi")]
+# (launcher, rank source, distribution): two nodes through the scripts' own choice (auto: the MPICH
+# wheel's mpiexec), srun on one node only (the wheel's multi-node start-up under srun is the bug).
+CHECKS = [
+    ("auto", "env", "block"),
+    ("auto", "mpi", "block"),
+    ("auto", "mpi", "cyclic"),
+    ("srun", "env", "block"),
+    ("srun", "mpi", "block"),
+]
 
 
-def _layout_script(tmp_path: Path, launch: str, source: str) -> Path:
-    if launch == "mpiexec" and not (Path(job_env()["MPICOMM_PYTHON"]).parent / "mpiexec").exists():
-        pytest.skip("no mpiexec next to MPICOMM_PYTHON (the MPICH wheel's Hydra)")
-    script = tmp_path / "layout.sbatch"
-    text = SCRIPT.format(launch=LAUNCHES[launch], program=HERE / "layout_job.py", source=source)
-    script.write_text(textwrap.dedent(text))
-    return script
+def _shape(launch: str, distribution: str) -> JobShape:
+    nodes, per_node = (2, 4) if launch == "auto" else (1, 4)
+    return JobShape(nodes=nodes, ntasks_per_node=per_node, distribution=distribution)
 
 
-@pytest.mark.parametrize(("launch", "source"), CHECKS, ids=[f"{a}-{b}" for a, b in CHECKS])
-def test_check_environment_passes_in_the_planned_job(tmp_path: Path, launch: str, source: str) -> None:
-    job = submit(_layout_script(tmp_path, launch, source), ["--partition", "two"], env=job_env())
+def _layout_script(tmp_path: Path, launch: str, source: str, distribution: str) -> tuple[Path, str]:
+    shape = _shape(launch, distribution)
+    args = [str(HERE / "layout_job.py"), str(shape.nodes), str(shape.ntasks_per_node), distribution, source]
+    script = render(tmp_path / "layout.sbatch", shape, args, name="mpicomm-layout")
+    return script, "two" if launch == "auto" else "one"
+
+
+def _env(launch: str) -> dict[str, str]:
+    return job_env({"MPICOMM_LAUNCHER": launch})
+
+
+@pytest.mark.parametrize(("launch", "source", "distribution"), CHECKS, ids=["-".join(c) for c in CHECKS])
+def test_check_environment_passes_in_the_planned_job(
+    tmp_path: Path, launch: str, source: str, distribution: str
+) -> None:
+    script, partition = _layout_script(tmp_path, launch, source, distribution)
+    job = submit(script, ["--partition", partition], env=_env(launch))
+    want = "mpiexec (auto: " if launch == "auto" else "srun (MPICOMM_LAUNCHER=srun)"
+    assert job.launcher().startswith(want), job.describe()
     assert job.state == "COMPLETED" and job.exit_code == 0, job.describe()
-    assert job.last_line() == "LAYOUT OK 8 ranks on n1,n2", job.describe()
-    layout = RankLayout.from_shape(JobShape(nodes=2, ntasks_per_node=4), node_names="n[1-2]")
+    shape = _shape(launch, distribution)
+    names = "n[1-2]" if shape.nodes == 2 else "n0"
+    layout = RankLayout.from_shape(shape, node_names=names)
+    assert job.last_line() == f"LAYOUT OK {layout.world_size} ranks on {','.join(layout.node_names)}", (
+        job.describe()
+    )
     records = [json.loads(p.read_text()) for p in PROBE_DIR.glob(f"layout-{job.job_id}.*.json")]
-    assert sorted(r["mpi_rank"] for r in records) == list(range(8)), job.describe()
+    assert sorted(r["mpi_rank"] for r in records) == list(range(layout.world_size)), job.describe()
     for record in records:
         placement = layout.ranks[record["mpi_rank"]]
-        assert record["mpi_size"] == 8 and record["placement"]["rank"] == placement.rank, record
+        if distribution == "cyclic":  # rank r on node r mod N, local rank r // N (mpiexec -ppn 1)
+            assert placement.node_index == record["mpi_rank"] % shape.nodes, record
+        assert record["mpi_size"] == layout.world_size and record["placement"]["rank"] == placement.rank, (
+            record
+        )
         assert record["placement"]["node_name"] == placement.node_name, record
+        assert record["env"]["SLURMD_NODENAME"] == placement.node_name, record
         if nodes_have_own_hostnames():
             assert record["host"] == placement.node_name, record
         assert record["placement"]["local_rank"] == placement.local_rank, record
@@ -111,15 +129,21 @@ def test_check_environment_passes_in_the_planned_job(tmp_path: Path, launch: str
             assert int(env["SLURM_NODEID"]) == placement.node_index, record
 
 
-@pytest.mark.parametrize(("launch", "source"), CHECKS, ids=[f"{a}-{b}" for a, b in CHECKS])
-def test_check_environment_fails_a_job_planned_for_8_running_on_6(
-    tmp_path: Path, launch: str, source: str
+MISMATCH = [("auto", "env", "block"), ("srun", "mpi", "block")]
+
+
+@pytest.mark.parametrize(("launch", "source", "distribution"), MISMATCH, ids=["-".join(c) for c in MISMATCH])
+def test_check_environment_fails_a_job_started_on_fewer_ranks(
+    tmp_path: Path, launch: str, source: str, distribution: str
 ) -> None:
-    script = _layout_script(tmp_path, launch, source)
-    job = submit(script, ["--partition", "two", "--ntasks=6", "--ntasks-per-node=3"], env=job_env())
+    script, partition = _layout_script(tmp_path, launch, source, distribution)
+    planned = _shape(launch, distribution).world_size
+    running = 6 if launch == "auto" else 3
+    options = ["--partition", partition, f"--ntasks={running}", "--ntasks-per-node=3"]
+    job = submit(script, options, env=_env(launch))
     assert job.state == "FAILED" and job.exit_code != 0, job.describe()
     assert "LayoutMismatchError" in job.text, job.describe()
-    assert "planned for 8 ranks, running on 6" in job.text, job.describe()
+    assert f"planned for {planned} ranks, running on {running}" in job.text, job.describe()
     assert "LAYOUT OK" not in job.text, job.describe()
 
 

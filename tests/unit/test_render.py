@@ -44,7 +44,9 @@ def test_block_layout_with_gpus_account_and_partition() -> None:
     )
     check_golden("render_block_gpus.sbatch", text)
     assert "#SBATCH --account=proj42\n" in text and "export OMP_NUM_THREADS=8\n" in text
-    assert text.endswith("-m mpicomm.demo --json 'out file.json'\n")
+    assert text.count("-m mpi4py -m mpicomm.demo --json 'out file.json'\n") == 2  # mpiexec and srun
+    hydra = 'HYDRA_LAUNCHER_EXTRA_ARGS="--cpus-per-task=$((${SLURM_NTASKS_PER_NODE:-4} * 8))'
+    assert hydra + ' --gpus-per-node=4"' in text
 
 
 def test_cyclic_layout_account_and_partition_from_the_environment() -> None:
@@ -58,10 +60,8 @@ def test_cyclic_layout_account_and_partition_from_the_environment() -> None:
 def test_no_account_or_partition_lines_without_arguments_or_environment() -> None:
     text = render_sbatch(RankLayout.from_shape(JobShape()), ["x.py"], job_name="j", environ={})
     assert "--account" not in text and "--partition" not in text and "--gpus-per-node" not in text
-    assert (
-        text.splitlines()[-1] == 'srun --mpi="${MPICOMM_SRUN_MPI:-pmi2}" --cpus-per-task=1 '
-        '"${MPICOMM_PYTHON:-python3}" -m mpi4py x.py'
-    )
+    assert 'srun --mpi="${MPICOMM_SRUN_MPI:-pmi2}" --cpus-per-task=1 "$py" -m mpi4py x.py' in text
+    assert "py=${MPICOMM_PYTHON:-python3}" in text and text.endswith("esac\n")
     sbatch = [i for i, line in enumerate(text.splitlines()) if line.startswith("#SBATCH")]
     first_command = next(i for i, line in enumerate(text.splitlines()) if line and not line.startswith("#"))
     assert max(sbatch) < first_command, "sbatch stops reading #SBATCH lines at the first command"
@@ -104,4 +104,4 @@ def test_srun_gets_the_cpus_per_task_itself() -> None:
     # Slurm >= 22.05: srun does not take --cpus-per-task from sbatch, so every task would get one CPU
     text = render_sbatch(RankLayout.from_shape(JobShape(cpus_per_task=6)), ["x.py"], job_name="j", environ={})
     assert "#SBATCH --cpus-per-task=6" in text and "export OMP_NUM_THREADS=6" in text
-    assert text.splitlines()[-1].startswith('srun --mpi="${MPICOMM_SRUN_MPI:-pmi2}" --cpus-per-task=6 ')
+    assert '    srun --mpi="${MPICOMM_SRUN_MPI:-pmi2}" --cpus-per-task=6 "$py"' in text

@@ -36,7 +36,7 @@ def generated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pa
 
 
 def _run(script: Path, cwd: Path, path: str, job: bool) -> str:
-    env = {**os.environ, "PATH": path}
+    env = {**os.environ, "PATH": path, "MPICOMM_LAUNCHER": "srun"}  # the fake srun, whatever MPI is here
     env.pop("SLURM_JOB_ID", None)
     if job:
         env["SLURM_JOB_ID"] = "42"
