@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..core import validation
+from ..core import fast, validation
 from ..core.buffers import (
     address,
     check_array,
@@ -149,6 +149,17 @@ def all_gather_into_tensor(
         [1.0, 2.0]
     """
     fn = "all_gather_into_tensor"
+    w = fast.world(group, async_op)
+    if w is not None:
+        dt = fast.dt_out(output_tensor)
+        if (
+            dt is not None
+            and fast.dt_in(input_tensor) is dt
+            and output_tensor.size == w._size * input_tensor.size
+            and not np.may_share_memory(output_tensor, input_tensor)
+        ):
+            w.comm.Allgather([input_tensor, dt], [output_tensor, dt])
+            return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)

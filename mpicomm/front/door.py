@@ -135,6 +135,7 @@ class _Plan:
             "_get": _KINDS.get,
             "_PLAIN": _PLAIN_SCALAR,
             "_TORCH": kinds.TORCH,
+            "_LIST": kinds.LIST,
             "_all_numpy": _all_numpy,
         }
         arrays = [name for _, name, _ in self.slots]
@@ -154,8 +155,18 @@ class _Plan:
             passes.append(f"{name}={name}" if keyword else name)
             torch_passes.append(f"{name}={viewed}" if keyword else viewed)
         flag = ["(async_op is False or async_op is True)"] if self.flag >= 0 else []
-        numpy_test = " and ".join([f"(_get(type({a})) in _PLAIN or _all_numpy({a}))" for a in arrays] + flag)
-        torch_test = " and ".join([f"_get(type({a})) is _TORCH" for a in arrays] + flag)
+        numpy_test = " and ".join(
+            [
+                f"((_k_{a} := _get(type({a}))) in _PLAIN or (_k_{a} is _LIST and _all_numpy({a})))"
+                for a in arrays
+            ]
+            + flag
+        )
+        # only the first argument's kind is surely bound here (the numpy test may stop after it)
+        torch_test = " and ".join(
+            [f"_k_{a} is _TORCH" if i == 0 else f"_get(type({a})) is _TORCH" for i, a in enumerate(arrays)]
+            + flag
+        )
         values = f"[{', '.join(self.names)}]"
         seen = ", ".join(f"id(_v_{a}): {a}" for a in arrays)
         lines = [
