@@ -37,6 +37,7 @@ from ..core.groups import ProcessGroup, _State, resolve, root_rank, timeout_seco
 from ..core.reduce_op import ReduceOp, average, is_half, premultiply
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
+from . import small
 from .exchange import REDUCE_SCATTER, exchange
 from .gathers import _check_own_size
 from .half import reduce_wide
@@ -388,6 +389,9 @@ def reduce_scatter(
         True
     """
     fn = "reduce_scatter"
+    w = fast.world(group, async_op)
+    if w is not None and small.reduce_scatter(w, output, input_list, op):
+        return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
@@ -406,6 +410,9 @@ def reduce_scatter(
     counts = [a.size for a in ins]
     if validation._Flag.on:
         validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype)}, counts, [out.size] * g.size())
+    if op._plain and small.small(counts, out.itemsize):
+        work: Work | None = small.reduce_scatter_small(g.comm, out, ins, datatype(out.dtype), mop, async_op)
+        return work
     return _reduce_scatter_pairwise(out, ins, op, mop, g, async_op)
 
 
