@@ -8,10 +8,10 @@ packs into one temporary, makes the single MPI call and copies out.
 Every rank must choose the same algorithm, so the choice depends only on what every rank of a
 correct call sees alike: the entry sizes (an ``all_gather``'s list holds every rank's size, as a
 ``reduce_scatter``'s inputs do) and the dtype. How a rank gets there is its own business:
-:func:`all_gather` and :func:`reduce_scatter` serve a common call (world group, blocking,
+``all_gather`` and ``reduce_scatter`` serve a common call (world group, blocking,
 validation off, C-contiguous numpy entries that share no memory) before any other check and return
-False for every other call; the general path checks it and then calls :func:`gather_small` or
-:func:`reduce_scatter_small` when :func:`small` says so, whatever the layouts. ``gather``,
+False for every other call; the general path checks it and then calls ``gather_small`` or
+``reduce_scatter_small`` when :func:`small` says so, whatever the layouts. ``gather``,
 ``scatter`` and ``all_to_all`` have no such path: a rank there does not see the other ranks' sizes.
 """
 
