@@ -76,7 +76,8 @@ from .front.collectives import (
     send,
     sendrecv,
 )
-from .jagged import JaggedArray, JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
+from .front.jagged import KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
+from .jagged import JaggedArray, JaggedResult
 from .objects import (
     all_gather_object,
     broadcast_object_list,

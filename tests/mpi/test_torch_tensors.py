@@ -278,3 +278,38 @@ def test_a_device_array_without_cupy_is_refused_naming_the_call(world: mpicomm.P
             mpicomm.all_reduce(ForeignDeviceArray(np.ones(2)))
     finally:
         backend.set_backend(saved)
+
+
+def test_kjt_all_to_all_on_torch_tensors_answers_in_torch(world: mpicomm.ProcessGroup, rng: Any) -> None:
+    """Rank s holds keys k0..k(2W-1) for 2 batch slots; rank r receives keys 2r and 2r+1 from every rank."""
+    w, r = world.size(), world.rank()
+    nkeys, stride = 2 * w, 2
+    lengths = [rng.integers(0, 3, nkeys * stride) for _ in range(w)]  # per source rank, key-major
+    values = [rng.integers(0, 1000, int(x.sum())).astype(np.int64) for x in lengths]
+    weights = [rng.random(int(x.sum())).astype(np.float32) for x in lengths]
+    keys = [f"k{k}" for k in range(nkeys)]
+    kja = mpicomm.KeyedJaggedArray(
+        keys,
+        torch.from_numpy(values[r]),
+        weights=torch.from_numpy(weights[r]),
+        lengths=torch.from_numpy(lengths[r]),
+    )
+    out = mpicomm.KJTAllToAll([2] * w)(kja).wait()
+    assert isinstance(out.values(), torch.Tensor) and isinstance(out.lengths(), torch.Tensor)
+    assert isinstance(out.weights(), torch.Tensor)
+    # the reference: key-major, then source rank, then batch slot
+    exp_len, exp_val, exp_w = [], [], []
+    for k in (2 * r, 2 * r + 1):
+        for s in range(w):
+            offs = np.concatenate([[0], np.cumsum(lengths[s])])
+            cells = slice(k * stride, (k + 1) * stride)
+            exp_len.append(lengths[s][cells])
+            exp_val.append(values[s][offs[k * stride] : offs[(k + 1) * stride]])
+            exp_w.append(weights[s][offs[k * stride] : offs[(k + 1) * stride]])
+    assert out.keys() == keys[2 * r : 2 * r + 2]
+    np.testing.assert_array_equal(out.lengths().numpy(), np.concatenate(exp_len))
+    np.testing.assert_array_equal(out.values().numpy(), np.concatenate(exp_val))
+    np.testing.assert_array_equal(out.weights().numpy(), np.concatenate(exp_w))
+    assert isinstance(kja.offsets(), torch.Tensor) and kja.length_per_key() == [
+        int(lengths[r][k * stride : (k + 1) * stride].sum()) for k in range(nkeys)
+    ]
