@@ -313,3 +313,63 @@ def test_kjt_all_to_all_on_torch_tensors_answers_in_torch(world: mpicomm.Process
     assert isinstance(kja.offsets(), torch.Tensor) and kja.length_per_key() == [
         int(lengths[r][k * stride : (k + 1) * stride].sum()) for k in range(nkeys)
     ]
+
+
+@pytest.mark.parametrize("safe", [False, True], ids=["plain", "safe"])
+def test_object_collectives_carry_torch_tensors_out_of_band(
+    world: mpicomm.ProcessGroup, rng: Any, safe: bool
+) -> None:
+    from mpicomm.objects.pickling import dumps
+
+    w, r = world.size(), world.rank()
+    big = rng.random(1 << 15)  # 256 KiB: out of band
+    small = rng.integers(0, 9, 5)
+    half = rng.integers(0, 9, 4).astype(np.float32)
+    payload = {
+        "big": torch.from_numpy(big.copy()),
+        "small": torch.from_numpy(small.copy()),
+        "bf16": torch.from_numpy(half.copy()).to(torch.bfloat16),
+        "leaf": torch.nn.Parameter(torch.from_numpy(half.copy())),
+    }
+    stream, buffers = dumps(payload)
+    assert [b.nbytes for b in buffers] == [big.nbytes] and len(stream) < 4096
+    saved = mpicomm.is_safe_unpickling()
+    mpicomm.set_safe_unpickling(safe)
+    try:
+        objs = [payload if r == 0 else None]
+        mpicomm.broadcast_object_list(objs, src=0)
+        gathered: list[Any] = [None] * w
+        mpicomm.all_gather_object(gathered, {"rank": torch.tensor([r])})
+    finally:
+        mpicomm.set_safe_unpickling(saved)
+    got = objs[0]
+    np.testing.assert_array_equal(got["big"].numpy(), big)
+    np.testing.assert_array_equal(got["small"].numpy(), small)
+    assert got["bf16"].dtype == torch.bfloat16
+    np.testing.assert_array_equal(got["bf16"].float().numpy(), half)
+    assert got["leaf"].requires_grad
+    assert [int(g["rank"][0]) for g in gathered] == list(range(w))
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("not an array", "", False), "numpy array of numbers"),
+        ((np.zeros(2), "evil", False), "dtype tag"),
+        ((np.zeros(2), "", "yes"), "requires_grad"),
+    ],
+    ids=["not-an-array", "bad-tag", "bad-flag"],
+)
+def test_safe_mode_refuses_a_forged_tensor_rebuild(args: Any, words: str) -> None:
+    import pickle
+
+    from mpicomm import UnpicklingRefusedError
+    from mpicomm.objects import tensors
+    from mpicomm.objects.pickling import loads
+
+    class Forged:
+        def __reduce__(self) -> Any:
+            return tensors.from_numpy, args
+
+    with pytest.raises(UnpicklingRefusedError, match=words):
+        loads(pickle.dumps(Forged(), protocol=5), safe=True)
