@@ -56,8 +56,8 @@ def _row_type(dtype: np.dtype[Any], row: int) -> Any:
 def _place(
     g: ProcessGroup,
     x: np.ndarray,
-    sent: np.ndarray,
-    first: np.ndarray,
+    sent: list[int],
+    first: list[int],
     seg: list[list[int]],
     at: list[list[int]],
     total: int,
@@ -78,9 +78,9 @@ def _place(
     else:
         types, made, recv_counts = [base] * size, [], [0] * size
     row_bytes = x.itemsize * row_size(x)
-    send_at = (first[:-1] * row_bytes).tolist()
+    send_at = first if row_bytes == 1 else [f * row_bytes for f in first]
     request = g.internal.Ialltoallw(
-        [x, (sent.tolist(), send_at), [base] * size],
+        [x, (sent, send_at), [base] * size],
         [out, (recv_counts, [0] * size), types],
     )
     return out, request, made
