@@ -13,6 +13,7 @@ small data, with ``Ialltoallv`` and a vectorised numpy gather (the recat) in ``w
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import sub
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from .plan import (
     datatypes,
     free_types,
     segments_by_key,
+    starts,
     value_counts,
     value_index,
 )
@@ -210,13 +212,13 @@ class KJTAllToAll:
         got = np.empty_like(header)
         g.internal.Alltoall([header, _mpi.MPI.INT64_T], [got, _mpi.MPI.INT64_T])
         recv = send.receive(lay, got, fn)
-        values_sk, per_source = value_counts(got, lay, fn)
-        sent = key_values[lay.bounds]  # where each destination's values start, and the end
+        values_sk, counts, got_values = value_counts(got, lay, fn)
+        sent = key_values[lay.dest_index].tolist()  # where each destination's values start, and the end
         # every rank sees every rank's total, so every rank takes the same path
-        total = int(got[:, lay.total_col].sum())
+        total = sum(got[:, lay.total_col].tolist())
         if row_size(kja._values) and total >= _Placement.min_values * lay.size:
-            return self._start_in_place(kja, send, recv, values_sk, per_source, sent)
-        return self._start_gather(kja, send, recv, values_sk, per_source, sent)
+            return self._start_in_place(kja, send, recv, values_sk, (counts, got_values), sent)
+        return self._start_gather(kja, send, recv, values_sk, (counts, got_values), sent)
 
     def _agree(self) -> None:
         """Check once that every rank has the same splits and stagger (the counts message's width)."""
@@ -255,22 +257,22 @@ class KJTAllToAll:
         send: SendPlan,
         recv: RecvPlan,
         values_sk: np.ndarray,
-        per_source: np.ndarray,
-        sent: np.ndarray,
+        received: tuple[list[int], int],
+        sent: list[int],
     ) -> KJTAllToAllAwaitable:
         """Small exchanges: one Ialltoallv per array into (source, key) order, one gather each in wait()."""
         lay, comm = self._layout, self.group.internal
         lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
         lt, vt, wt = send.types
-        counts = per_source.tolist()
-        displs = _exclusive_cumsum(per_source)
-        got_values = int(displs[-1])
-        displs_list = displs[:-1].tolist()
-        sc, sd = (sent[1:] - sent[:-1]).tolist(), sent[:-1].tolist()
+        counts, got_values = received
+        displs_list = starts(counts)
+        sd = sent[:-1]
+        sc = list(map(sub, sent[1:], sd))
         recv_l = np.empty(recv.total, dtype=lens.dtype)
         recv_v = np.empty((got_values, *vals.shape[1:]), dtype=vals.dtype)
+        rows = (send.row_counts, send.row_displs)
         requests = [
-            comm.Ialltoallv([lens, (send.row_counts, send.row_displs), lt], [recv_l, (recv.counts, recv.displs), lt]),
+            comm.Ialltoallv([lens, rows, lt], [recv_l, (recv.counts, recv.displs), lt]),
             comm.Ialltoallv([vals, (sc, sd), vt], [recv_v, (counts, displs_list), vt]),
         ]
         recv_w = None
@@ -299,8 +301,8 @@ class KJTAllToAll:
         send: SendPlan,
         recv: RecvPlan,
         values_sk: np.ndarray,
-        per_source: np.ndarray,
-        sent: np.ndarray,
+        received: tuple[list[int], int],
+        sent: list[int],
     ) -> KJTAllToAllAwaitable:
         """Large exchanges: MPI writes every (source, key) segment straight to its (key, source) place.
 
@@ -311,8 +313,9 @@ class KJTAllToAll:
         lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
         seg_r, at_r = recv.placed_rows(lay)
         seg_v, at_v = segments_by_key(values_sk, lay)
-        got_values = int(per_source.sum())
-        sc, sd = (sent[1:] - sent[:-1]).tolist(), sent[:-1].tolist()
+        got_values = received[1]
+        sd = sent[:-1]
+        sc = list(map(sub, sent[1:], sd))
         arrays = [
             (lens, send.row_counts, send.row_displs, seg_r, at_r, recv.total),
             (vals, sc, sd, seg_v, at_v, got_values),

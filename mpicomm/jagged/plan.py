@@ -18,6 +18,7 @@ reuses its :class:`RecvPlan`. The value counts are checked on every call.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import accumulate
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -28,7 +29,7 @@ from ..errors import CommunicationError
 from .placement import _gather_index, _row_type
 from .wire import _DTYPES, _FLAGS, _SPLITS, _VBE, _disagree, _exclusive_cumsum
 
-__all__ = ["Layout", "Lru", "RecvPlan", "SendPlan"]
+__all__ = ["Layout", "Lru", "RecvPlan", "SendPlan", "starts"]
 
 _STRIDE, _ROWS0 = 3, 4
 _FIXED = _SPLITS + 1  # the columns every rank must send alike
@@ -96,6 +97,9 @@ class Layout:
         self.width = self.values0 + self.maxk
         self.bounds = _exclusive_cumsum(np.asarray(splits, dtype=np.int64))
         self.uniform = len(set(splits)) <= 1
+        #: Picks each destination's first key (and the end) out of the nkeys + 1 key offsets.
+        by_step = self.uniform and self.maxk > 0
+        self.dest_index: slice | np.ndarray = slice(None, None, self.maxk) if by_step else self.bounds
         dest = np.repeat(np.arange(size, dtype=np.int64), splits)
         slot = dest * self.width + np.arange(self.nkeys, dtype=np.int64) - self.bounds[dest]
         self.row_slots, self.value_slots = slot + _ROWS0, slot + self.values0
@@ -135,10 +139,10 @@ class RecvPlan:
 
     def __init__(self, layout: Layout, got: np.ndarray, vbe: bool) -> None:
         rows_sk = np.ascontiguousarray(got[:, _ROWS0 : _ROWS0 + layout.mine])
-        per_source = rows_sk.sum(axis=1)
-        self.rows_sk, self.total = rows_sk, int(per_source.sum())
-        self.counts = per_source.tolist()
-        self.displs = _exclusive_cumsum(per_source)[:-1].tolist()
+        self.rows_sk = rows_sk
+        self.counts = rows_sk.sum(axis=1).tolist()
+        self.displs = starts(self.counts)
+        self.total = sum(self.counts)
         if vbe:
             table = rows_sk.T[:, layout.order]
             self.stride = int(table.sum(axis=1).max()) if table.size else 0
@@ -153,6 +157,18 @@ class RecvPlan:
         if self._placed is None:
             self._placed = _segments_by_key(self.rows_sk, layout)
         return self._placed
+
+
+def starts(counts: list[int]) -> list[int]:
+    """Where each of ``counts`` starts in their concatenation (MPI's displacements).
+
+    Example:
+        >>> starts([3, 0, 2])
+        [0, 3, 3]
+    """
+    out = list(accumulate(counts, initial=0))
+    out.pop()
+    return out
 
 
 def _segments_by_key(sizes: np.ndarray, layout: Layout) -> tuple[list[list[int]], list[list[int]]]:
@@ -245,23 +261,25 @@ def _check_rows(got: np.ndarray, layout: Layout, vbe: bool, fn: str) -> None:
         )
 
 
-def _check_counts(counts: np.ndarray, layout: Layout, fn: str, what: str) -> np.ndarray:
-    """``counts[s, k]`` from source s summed per source, once each is known to be in [0, bound].
+def _check_counts(counts: np.ndarray, layout: Layout, fn: str, what: str) -> tuple[list[int], int]:
+    """``counts[s, k]`` from source s summed per source, and the total, once each is known to fit.
 
     Raises:
         CommunicationError: a negative count, or counts past this node's memory.
     """
     if counts.size == 0:
-        return np.zeros(counts.shape[0], dtype=np.int64)
+        return [0] * counts.shape[0], 0
     # as uint64 a negative count is huge: one reduction checks both ends
-    fits = int(counts.view(np.uint64).max()) <= layout.bound
-    per_source = counts.sum(axis=1) if layout.sums_exact else None
-    if fits and per_source is not None and int(per_source.sum()) <= layout.bound:
-        return per_source
+    fits = int(np.maximum.reduce(counts.view(np.uint64), axis=None)) <= layout.bound
+    if fits and layout.sums_exact:
+        per_source: list[int] = np.add.reduce(counts, axis=1).tolist()
+        total = sum(per_source)
+        if total <= layout.bound:
+            return per_source, total
     exact = np.sum(counts.astype(object), axis=1)
-    if fits and sum(exact) <= layout.bound:
-        return np.asarray(exact, dtype=np.int64)
     suspect = ((counts < 0) | (counts > layout.bound)).any(axis=1) | (exact > layout.bound)
+    if fits and sum(exact) <= layout.bound:  # only when the int64 sums could have wrapped
+        return [int(c) for c in exact], int(sum(exact))
     raise CommunicationError(
         f"{fn}: the ranks claim to send {exact.tolist()} {what} here (first suspect: rank "
         f"{int(np.argmax(suspect))}); expected non-negative counts within this node's memory "
@@ -269,14 +287,14 @@ def _check_counts(counts: np.ndarray, layout: Layout, fn: str, what: str) -> np.
     )
 
 
-def value_counts(got: np.ndarray, layout: Layout, fn: str) -> tuple[np.ndarray, np.ndarray]:
-    """This call's value counts of segment (source, key), checked, and their sums per source.
+def value_counts(got: np.ndarray, layout: Layout, fn: str) -> tuple[np.ndarray, list[int], int]:
+    """This call's value counts of segment (source, key), checked; their sums per source; the total.
 
     Raises:
         CommunicationError: a negative count, or counts past this node's memory.
     """
     values_sk = got[:, layout.values0 : layout.values0 + layout.mine]
-    return values_sk, _check_counts(values_sk, layout, fn, "values")
+    return (values_sk, *_check_counts(values_sk, layout, fn, "values"))
 
 
 def value_index(values_sk: np.ndarray, layout: Layout) -> np.ndarray:
@@ -290,8 +308,8 @@ def value_index(values_sk: np.ndarray, layout: Layout) -> np.ndarray:
         >>> value_index(np.array([[2, 0], [1, 3]]), lay).tolist()   # out: s0k0 s1k0 s0k1 s1k1
         [0, 1, 2, 3, 4, 5]
     """
-    labels = np.repeat(layout.cell_of, values_sk.reshape(-1))
-    index: np.ndarray = np.argsort(labels, kind="stable")
+    labels = layout.cell_of.repeat(values_sk.reshape(-1))
+    index: np.ndarray = labels.argsort(kind="stable")  # the method: a third cheaper than np.argsort
     return index
 
 
