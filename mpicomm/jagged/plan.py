@@ -45,8 +45,8 @@ class Lru(Generic[K, V]):
         >>> cache: Lru[str, int] = Lru(2)
         >>> cache.put("a", 1); cache.put("b", 2); cache.get("a"); cache.put("c", 3)
         1
-        >>> sorted(cache.keys())
-        ['a', 'c']
+        >>> cache.values()
+        [1, 3]
     """
 
     __slots__ = ("_data", "capacity", "drop")
@@ -70,9 +70,9 @@ class Lru(Generic[K, V]):
             if self.drop is not None:
                 self.drop(old)
 
-    def keys(self) -> list[K]:
-        """The keys, least recently used first."""
-        return list(self._data)
+    def values(self) -> list[V]:
+        """The entries, least recently used first."""
+        return list(self._data.values())
 
     def __len__(self) -> int:
         return len(self._data)
@@ -305,8 +305,8 @@ def value_index(values_sk: np.ndarray, layout: Layout) -> np.ndarray:
 
     Example:
         >>> lay = Layout([2, 0], 1, 0)  # two sources, two keys here: cells s0k0 s0k1 s1k0 s1k1
-        >>> value_index(np.array([[2, 0], [1, 3]]), lay).tolist()   # out: s0k0 s1k0 s0k1 s1k1
-        [0, 1, 2, 3, 4, 5]
+        >>> value_index(np.array([[1, 2], [3, 0]]), lay).tolist()   # out: s0k0 s1k0 s0k1 (s1k1)
+        [0, 3, 4, 5, 1, 2]
     """
     labels = layout.cell_of.repeat(values_sk.reshape(-1))
     index: np.ndarray = labels.argsort(kind="stable")  # the method: a third cheaper than np.argsort
