@@ -12,7 +12,7 @@ small data, with ``Ialltoallv`` and a vectorised numpy gather (the recat) in ``w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import sub
 from typing import Any
 
@@ -60,25 +60,32 @@ class KJTAllToAllAwaitable:
     """The pending output of a :class:`KJTAllToAll` call; :meth:`wait` returns it.
 
     The counts have been exchanged and the data messages posted when you get this handle, so work
-    done before :meth:`wait` overlaps the transfer.
+    done before :meth:`wait` overlaps the transfer. Small exchanges (the gather path) have already
+    moved their data when you get it: blocking calls cost less there than posting and waiting.
     """
 
-    __slots__ = ("_out", "_work")
+    __slots__ = ("_finish", "_out", "_work")
 
-    def __init__(self, work: Work, out: list[KeyedJaggedArray]) -> None:
-        self._work, self._out = work, out
+    def __init__(
+        self, work: Work | None, out: list[KeyedJaggedArray], finish: Callable[[], None] | None = None
+    ) -> None:
+        self._work, self._out, self._finish = work, out, finish
 
     def wait(self) -> KeyedJaggedArray:
         """Block until the data has arrived, reorder it, and return this rank's KeyedJaggedArray."""
-        self._work.wait()
+        if self._work is not None:
+            self._work.wait()
+        elif self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
         return self._out[0]
 
     def is_completed(self) -> bool:
         """Whether the data has arrived (never blocks)."""
-        return self._work.is_completed()
+        return self._work.is_completed() if self._work is not None else True
 
     def __repr__(self) -> str:
-        return f"<mpicomm.KJTAllToAllAwaitable {'completed' if self._work.is_completed() else 'pending'}>"
+        return f"<mpicomm.KJTAllToAllAwaitable {'completed' if self.is_completed() else 'pending'}>"
 
 
 class KJTAllToAll:
@@ -170,7 +177,7 @@ class KJTAllToAll:
         self._fp = _fingerprint(self.splits, self.stagger)
         self._agreed = g.size() == 1
         #: Send plans by this rank's shape; each holds the receive plans seen with it (see ``plan``).
-        self._send: Lru[tuple[Any, ...], SendPlan] = Lru(_Placement.plans)
+        self._send: Lru[tuple[Any, ...], SendPlan] = Lru(_Placement.plans, SendPlan.free)
 
     @collective("KJTAllToAll", group_of=lambda bound: bound["self"].group)
     def __call__(self, kja: KeyedJaggedArray) -> KJTAllToAllAwaitable:
@@ -208,15 +215,16 @@ class KJTAllToAll:
         if not self._agreed:
             self._agree()
         send = self._send_plan(kja)
-        header, key_values = send.header(lay, kja.offsets(), kja._values.shape[0])
+        offsets = kja._offsets if kja._offsets is not None else kja.offsets()
+        header, key_values = send.header(lay, offsets, kja._values.shape[0])
         got = np.empty_like(header)
-        g.internal.Alltoall([header, _mpi.MPI.INT64_T], [got, _mpi.MPI.INT64_T])
+        g.internal.Alltoall([header, lay.int64], [got, lay.int64])
         recv = send.receive(lay, got, fn)
         values_sk, counts, got_values = value_counts(got, lay, fn)
         sent = key_values[lay.dest_index].tolist()  # where each destination's values start, and the end
         # every rank sees every rank's total, so every rank takes the same path
         total = sum(got[:, lay.total_col].tolist())
-        if row_size(kja._values) and total >= _Placement.min_values * lay.size:
+        if send.placeable and total >= _Placement.min_values * lay.size:
             return self._start_in_place(kja, send, recv, values_sk, (counts, got_values), sent)
         return self._start_gather(kja, send, recv, values_sk, (counts, got_values), sent)
 
@@ -239,7 +247,7 @@ class KJTAllToAll:
         wkey = None if w is None else (w.dtype, w.shape[1:])
         key = (kja._stride, vbe, lens.dtype, v.dtype, v.shape[1:], wkey)
         plan = self._send.get(key)
-        if plan is None:
+        if plan is None:  # a new shape here
             flags = (_VBE if vbe is not None else 0) | (_WEIGHTED if w is not None else 0)
             if vbe is not None:
                 key_rows = _exclusive_cumsum(np.asarray(vbe, dtype=np.int64))
@@ -248,6 +256,7 @@ class KJTAllToAll:
             fp = _fingerprint(*_dtypes(kja))
             types = datatypes(lens, v, w)
             plan = SendPlan(self._layout, key_rows, flags, fp, self._fp, kja._stride, types)
+            plan.placeable = row_size(v) > 0
             self._send.put(key, plan)
         return plan
 
@@ -260,7 +269,12 @@ class KJTAllToAll:
         received: tuple[list[int], int],
         sent: list[int],
     ) -> KJTAllToAllAwaitable:
-        """Small exchanges: one Ialltoallv per array into (source, key) order, one gather each in wait()."""
+        """Small exchanges: one Alltoallv per array into (source, key) order, one gather each in wait().
+
+        The data moves before this returns: for these sizes the blocking calls cost less than
+        posting non-blocking ones and waiting (measured on MPICH, 2 ranks, 1 KiB: about 8 us against
+        10 us for lengths and values), and there is little transfer to overlap.
+        """
         lay, comm = self._layout, self.group.internal
         lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
         lt, vt, wt = send.types
@@ -271,16 +285,13 @@ class KJTAllToAll:
         recv_l = np.empty(recv.total, dtype=lens.dtype)
         recv_v = np.empty((got_values, *vals.shape[1:]), dtype=vals.dtype)
         rows = (send.row_counts, send.row_displs)
-        requests = [
-            comm.Ialltoallv([lens, rows, lt], [recv_l, (recv.counts, recv.displs), lt]),
-            comm.Ialltoallv([vals, (sc, sd), vt], [recv_v, (counts, displs_list), vt]),
-        ]
+        comm.Alltoallv([lens, rows, lt], [recv_l, (recv.counts, recv.displs), lt])
+        comm.Alltoallv([vals, (sc, sd), vt], [recv_v, (counts, displs_list), vt])
         recv_w = None
         if w is not None:
             w = send_view(w)
             recv_w = np.empty((got_values, *w.shape[1:]), dtype=w.dtype)
-            requests.append(comm.Ialltoallv([w, (sc, sd), wt], [recv_w, (counts, displs_list), wt]))
-        # the value gather depends only on the counts: build it while the data moves
+            comm.Alltoallv([w, (sc, sd), wt], [recv_w, (counts, displs_list), wt])
         index = None if lay.identity else value_index(values_sk, lay)
         keys = kja._keys[lay.key_range]
         out: list[KeyedJaggedArray] = []
@@ -292,8 +303,7 @@ class KJTAllToAll:
                 weights = None if weights is None else weights[index]
             out.append(KeyedJaggedArray._trusted(keys, values, lengths, weights, recv.stride, recv.table))
 
-        work = Work(requests, keep=(kja, lens, vals, w), finish=finish)
-        return KJTAllToAllAwaitable(work, out)
+        return KJTAllToAllAwaitable(None, out, finish)
 
     def _start_in_place(
         self,
@@ -311,21 +321,21 @@ class KJTAllToAll:
         """
         lay, g = self._layout, self.group
         lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
-        seg_r, at_r = recv.placed_rows(lay)
+        row_types = recv.row_types(lay, send.types[0])
         seg_v, at_v = segments_by_key(values_sk, lay)
         got_values = received[1]
         sd = sent[:-1]
         sc = list(map(sub, sent[1:], sd))
         arrays = [
-            (lens, send.row_counts, send.row_displs, seg_r, at_r, recv.total),
-            (vals, sc, sd, seg_v, at_v, got_values),
+            (lens, send.row_counts, send.row_displs, row_types, [], [], recv.total),
+            (vals, sc, sd, None, seg_v, at_v, got_values),
         ]
         if w is not None:
             w = send_view(w)
-            arrays.append((w, sc, sd, seg_v, at_v, got_values))
+            arrays.append((w, sc, sd, None, seg_v, at_v, got_values))
         recv_arrays, requests, types = [], [], []
-        for x, counts, first, seg, at, total in arrays:
-            out_x, request, made = _place(g, x, counts, first, seg, at, total)
+        for x, counts, first, made_types, seg, at, total in arrays:
+            out_x, request, made = _place(g, x, counts, first, made_types, seg, at, total)
             recv_arrays.append(out_x)
             requests.append(request)
             types += made

@@ -58,25 +58,29 @@ def _place(
     x: np.ndarray,
     sent: list[int],
     first: list[int],
+    given: list[Any] | None,
     seg: list[list[int]],
     at: list[list[int]],
     total: int,
 ) -> tuple[np.ndarray, Any, list[Any]]:
     """Post an Ialltoallw of ``x`` whose segment (s, k) of ``seg[s][k]`` rows lands at ``at[s][k]``.
 
-    ``sent[d]`` rows of ``x`` from row ``first[d]`` go to rank d.
+    ``sent[d]`` rows of ``x`` from row ``first[d]`` go to rank d. ``given``: receive datatypes
+    made earlier (see :func:`indexed_types`), used instead of ``seg`` and ``at``.
 
     Returns:
         The output array, the request and the datatypes to free once it completes.
     """
     base = _row_type(x.dtype, row_size(x))
-    size = len(seg)
+    size = len(sent)
     out = np.empty((total, *x.shape[1:]), dtype=x.dtype)
-    if seg and seg[0]:
-        types = [base.Create_indexed(seg[s], at[s]).Commit() for s in range(size)]
-        made, recv_counts = types, [1] * size
-    else:
-        types, made, recv_counts = [base] * size, [], [0] * size
+    made: list[Any] = []
+    types = given if given is not None else made
+    if given is None:
+        made += indexed_types(base, seg, at)
+    recv_counts = [1] * size if types else [0] * size
+    if not types:
+        types = [base] * size
     row_bytes = x.itemsize * row_size(x)
     send_at = first if row_bytes == 1 else [f * row_bytes for f in first]
     request = g.internal.Ialltoallw(
@@ -84,6 +88,13 @@ def _place(
         [out, (recv_counts, [0] * size), types],
     )
     return out, request, made
+
+
+def indexed_types(base: Any, seg: list[list[int]], at: list[list[int]]) -> list[Any]:
+    """Per source s, a committed indexed type of blocks ``seg[s]`` at ``at[s]`` (no types: no keys)."""
+    if not (seg and seg[0]):
+        return []
+    return [base.Create_indexed(seg[s], at[s]).Commit() for s in range(len(seg))]
 
 
 #: Recat indices by (segment rows, source order): the cell order and the row index, which repeat from

@@ -17,6 +17,7 @@ reuses its :class:`RecvPlan`. The value counts are checked on every call.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from itertools import accumulate
 from typing import Any, Generic, TypeVar
@@ -26,7 +27,7 @@ import numpy as np
 from .. import _mpi
 from ..core.control import memory_bound
 from ..errors import CommunicationError
-from .placement import _gather_index, _row_type
+from .placement import _gather_index, _row_type, indexed_types
 from .wire import _DTYPES, _FLAGS, _SPLITS, _VBE, _disagree, _exclusive_cumsum
 
 __all__ = ["Layout", "Lru", "RecvPlan", "SendPlan", "starts"]
@@ -49,22 +50,28 @@ class Lru(Generic[K, V]):
         [1, 3]
     """
 
-    __slots__ = ("_data", "capacity", "drop")
+    __slots__ = ("_data", "_last", "capacity", "drop")
 
     def __init__(self, capacity: int, drop: Any = None) -> None:
         self._data: OrderedDict[K, V] = OrderedDict()
+        self._last: tuple[Any, V | None] = (object(), None)  # the most recent entry: one compare
         self.capacity, self.drop = capacity, drop
 
     def get(self, key: K) -> V | None:
         """The entry for ``key`` (now the most recently used), or None."""
+        last, value = self._last
+        if key == last:
+            return value
         value = self._data.get(key)
         if value is not None:
             self._data.move_to_end(key)
+            self._last = (key, value)
         return value
 
     def put(self, key: K, value: V) -> None:
         """Insert ``key``, evicting the least recently used entry past the capacity."""
         self._data[key] = value
+        self._last = (key, value)
         while len(self._data) > self.capacity:
             _, old = self._data.popitem(last=False)
             if self.drop is not None:
@@ -116,6 +123,7 @@ class Layout:
         self.cell_of = np.empty(self.perm.size, dtype=label)
         self.cell_of[self.perm] = np.arange(self.perm.size)
         self.bound = memory_bound()
+        self.int64 = _mpi.MPI.INT64_T
         # counts checked against the bound one by one cannot wrap an int64 sum over all of them
         self.sums_exact = size * max(nk, 1) * self.bound < 1 << 63
 
@@ -135,7 +143,17 @@ class RecvPlan:
         row_index: The gather that puts received lengths in (key, source) order (None: already).
     """
 
-    __slots__ = ("_placed", "counts", "displs", "row_index", "rows_sk", "stride", "table", "total")
+    __slots__ = (
+        "__weakref__",
+        "_types",
+        "counts",
+        "displs",
+        "row_index",
+        "rows_sk",
+        "stride",
+        "table",
+        "total",
+    )
 
     def __init__(self, layout: Layout, got: np.ndarray, vbe: bool) -> None:
         rows_sk = np.ascontiguousarray(got[:, _ROWS0 : _ROWS0 + layout.mine])
@@ -150,13 +168,23 @@ class RecvPlan:
         else:
             self.stride, self.table = int(got[:, _STRIDE].sum()), None
         self.row_index = None if layout.identity else _gather_index(rows_sk.reshape(-1), layout.perm)
-        self._placed: tuple[list[list[int]], list[list[int]]] | None = None
+        self._types: list[Any] | None = None
 
-    def placed_rows(self, layout: Layout) -> tuple[list[list[int]], list[list[int]]]:
-        """Per source, the batch slots of each of its segments and where each goes in the output."""
-        if self._placed is None:
-            self._placed = _segments_by_key(self.rows_sk, layout)
-        return self._placed
+    def row_types(self, layout: Layout, base: Any) -> list[Any]:
+        """Per source, the indexed datatype that puts its lengths in place (made once, freed with the plan).
+
+        Empty when this rank has no keys (nothing to place).
+        """
+        if self._types is None:
+            self._types = indexed_types(base, *_segments_by_key(self.rows_sk, layout))
+            weakref.finalize(self, free_types, self._types)
+        return self._types
+
+    def free(self) -> None:
+        """Free the datatypes now (an evicted plan; requests still using them complete normally)."""
+        if self._types:
+            free_types(self._types)
+            self._types.clear()
 
 
 def starts(counts: list[int]) -> list[int]:
@@ -196,7 +224,10 @@ class SendPlan:
         recv: The receive plans seen with this send plan, by the shape bytes of the counts message.
     """
 
-    __slots__ = ("fixed", "key_index", "recv", "row_counts", "row_displs", "row_first", "template", "types")
+    __slots__ = (
+        "fixed", "key_index", "placeable", "recv", "row_counts", "row_displs", "row_first", "template",
+        "types",
+    )  # fmt: skip
 
     def __init__(self, layout: Layout, key_rows: np.ndarray, flags: int, fp: int, splits_fp: int,
                  stride: int, types: tuple[Any, Any, Any]) -> None:  # fmt: skip
@@ -212,7 +243,13 @@ class SendPlan:
         self.row_first = rows
         self.row_counts, self.row_displs = (rows[1:] - rows[:-1]).tolist(), rows[:-1].tolist()
         self.types = types
-        self.recv: Lru[bytes, RecvPlan] = Lru(8)
+        self.placeable = True  # values with a non-empty row: the placed path can take them
+        self.recv: Lru[bytes, RecvPlan] = Lru(8, RecvPlan.free)
+
+    def free(self) -> None:
+        """Free the datatypes of every receive plan (an evicted send plan)."""
+        for plan in self.recv.values():
+            plan.free()
 
     def header(self, layout: Layout, offsets: np.ndarray, nvalues: int) -> tuple[np.ndarray, np.ndarray]:
         """This call's counts message and each key's value offsets (``nkeys + 1``, from ``offsets``)."""
@@ -294,6 +331,13 @@ def value_counts(got: np.ndarray, layout: Layout, fn: str) -> tuple[np.ndarray, 
         CommunicationError: a negative count, or counts past this node's memory.
     """
     values_sk = got[:, layout.values0 : layout.values0 + layout.mine]
+    # the common case of _check_counts, inline: counts that fit, sums that cannot wrap
+    fits = layout.mine and int(np.maximum.reduce(values_sk.view(np.uint64), axis=None)) <= layout.bound
+    if fits and layout.sums_exact:
+        per_source: list[int] = np.add.reduce(values_sk, axis=1).tolist()
+        total = sum(per_source)
+        if total <= layout.bound:
+            return values_sk, per_source, total
     return (values_sk, *_check_counts(values_sk, layout, fn, "values"))
 
 
@@ -333,7 +377,8 @@ def _row_len(x: np.ndarray) -> int:
 
 
 def free_types(types: list[Any]) -> None:
-    """Free derived datatypes (a no-op once MPI is finalized)."""
+    """Free derived datatypes (a no-op once MPI is finalized, or when they are freed already)."""
     if types and not _mpi.MPI.Is_finalized():
         for t in types:
-            t.Free()
+            if t != _mpi.MPI.DATATYPE_NULL:
+                t.Free()
