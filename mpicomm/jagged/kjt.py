@@ -26,7 +26,7 @@ from ..core.groups import ProcessGroup, resolve
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError, GroupError
 from .keyed import KeyedJaggedArray
-from .placement import _place
+from .placement import indexed_types
 from .plan import (
     Layout,
     Lru,
@@ -174,6 +174,7 @@ class KJTAllToAll:
             )
         self.group, self.stagger = g, int(stagger)
         self._layout = Layout(self.splits, self.stagger, g.rank())
+        self._i64 = _mpi.MPI.INT64_T
         self._fp = _fingerprint(self.splits, self.stagger)
         self._agreed = g.size() == 1
         #: Send plans by this rank's shape; each holds the receive plans seen with it (see ``plan``).
@@ -218,7 +219,7 @@ class KJTAllToAll:
         offsets = kja._offsets if kja._offsets is not None else kja.offsets()
         header, key_values = send.header(lay, offsets, kja._values.shape[0])
         got = np.empty_like(header)
-        g.internal.Alltoall([header, lay.int64], [got, lay.int64])
+        g.internal.Alltoall([header, self._i64], [got, self._i64])
         recv = send.receive(lay, got, fn)
         values_sk, counts, got_values = value_counts(got, lay, fn)
         sent = key_values[lay.dest_index].tolist()  # where each destination's values start, and the end
@@ -257,6 +258,7 @@ class KJTAllToAll:
             types = datatypes(lens, v, w)
             plan = SendPlan(self._layout, key_rows, flags, fp, self._fp, kja._stride, types)
             plan.placeable = row_size(v) > 0
+            plan.value_bytes = v.itemsize * row_size(v)
             self._send.put(key, plan)
         return plan
 
@@ -292,7 +294,7 @@ class KJTAllToAll:
             w = send_view(w)
             recv_w = np.empty((got_values, *w.shape[1:]), dtype=w.dtype)
             comm.Alltoallv([w, (sc, sd), wt], [recv_w, (counts, displs_list), wt])
-        index = None if lay.identity else value_index(values_sk, lay)
+        index = None if lay.identity else value_index(values_sk, lay, got_values)
         keys = kja._keys[lay.key_range]
         out: list[KeyedJaggedArray] = []
 
@@ -317,40 +319,45 @@ class KJTAllToAll:
         """Large exchanges: MPI writes every (source, key) segment straight to its (key, source) place.
 
         One Ialltoallw per array, whose receive datatype for each source is an indexed type listing
-        where that source's segments go. There is no recat copy at all.
+        where that source's segments go. There is no recat copy at all. The lengths' types come from
+        the receive plan; the values' are made for this call's counts and shared by the weights
+        when both have the same row type.
         """
-        lay, g = self._layout, self.group
+        lay, comm = self._layout, self.group.internal
         lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
-        row_types = recv.row_types(lay, send.types[0])
-        seg_v, at_v = segments_by_key(values_sk, lay)
-        got_values = received[1]
+        lt, vt, wt = send.types
+        row_types = recv.row_types(lay, lt)
+        value_types = indexed_types(vt, *segments_by_key(values_sk, lay))
+        made = list(value_types)
         sd = sent[:-1]
         sc = list(map(sub, sent[1:], sd))
-        arrays = [
-            (lens, send.row_counts, send.row_displs, row_types, [], [], recv.total),
-            (vals, sc, sd, None, seg_v, at_v, got_values),
+        send_at = [d * send.value_bytes for d in sd]
+        recv_l = np.empty(recv.total, dtype=lens.dtype)
+        recv_v = np.empty((received[1], *vals.shape[1:]), dtype=vals.dtype)
+        requests = [
+            comm.Ialltoallw(
+                [lens, (send.row_counts, send.row_bytes), [lt] * lay.size], lay.recv(recv_l, row_types, lt)
+            ),
+            comm.Ialltoallw([vals, (sc, send_at), [vt] * lay.size], lay.recv(recv_v, value_types, vt)),
         ]
+        recv_w = None
         if w is not None:
             w = send_view(w)
-            arrays.append((w, sc, sd, None, seg_v, at_v, got_values))
-        recv_arrays, requests, types = [], [], []
-        for x, counts, first, made_types, seg, at, total in arrays:
-            out_x, request, made = _place(g, x, counts, first, made_types, seg, at, total)
-            recv_arrays.append(out_x)
-            requests.append(request)
-            types += made
+            weight_types = value_types if wt == vt else indexed_types(wt, *segments_by_key(values_sk, lay))
+            made += [] if weight_types is value_types else weight_types
+            recv_w = np.empty((received[1], *w.shape[1:]), dtype=w.dtype)
+            w_at = send_at if wt == vt else [d * w.itemsize * row_size(w) for d in sd]
+            requests.append(
+                comm.Ialltoallw([w, (sc, w_at), [wt] * lay.size], lay.recv(recv_w, weight_types, wt))
+            )
         keys = kja._keys[lay.key_range]
         out: list[KeyedJaggedArray] = []
 
         def finish() -> None:
-            free_types(types)
-            weights = recv_arrays[2] if w is not None else None
-            kja_out = KeyedJaggedArray._trusted(
-                keys, recv_arrays[1], recv_arrays[0], weights, recv.stride, recv.table
-            )
-            out.append(kja_out)
+            free_types(made)
+            out.append(KeyedJaggedArray._trusted(keys, recv_v, recv_l, recv_w, recv.stride, recv.table))
 
-        work = Work(requests, keep=(kja, lens, vals, w, recv_arrays), finish=finish)
+        work = Work(requests, keep=(kja, lens, vals, w, recv_l, recv_v, recv_w), finish=finish)
         return KJTAllToAllAwaitable(work, out)
 
 

@@ -150,19 +150,19 @@ def _phases(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -> dict[st
     lay, send = a2a._layout, a2a._send_plan(kja)
     i64 = _mpi.MPI.INT64_T
 
-    def counts() -> tuple[Any, np.ndarray]:
+    def counts() -> tuple[Any, tuple[np.ndarray, list[int], int]]:
         """KJTAllToAll's first step alone: the counts message, its exchange and its checks."""
         header = send.header(lay, kja.offsets(), kja.values().shape[0])[0]
         got = np.empty_like(header)
         g.internal.Alltoall([header, i64], [got, i64])
-        return send.receive(lay, got, "KJTAllToAll"), kjt_plan.value_counts(got, lay, "KJTAllToAll")[0]
+        return send.receive(lay, got, "KJTAllToAll"), kjt_plan.value_counts(got, lay, "KJTAllToAll")
 
-    recv, values_sk = counts()
+    recv, (values_sk, _, total) = counts()
     lens, vals, wts, _ = _source_order(e, kja, splits)
 
     def recat() -> None:
         """The gather path's reorder alone, on data already in (source, key) order."""
-        index = kjt_plan.value_index(values_sk, lay)
+        index = kjt_plan.value_index(values_sk, lay, total)
         lens[recv.row_index], vals[index], wts[index]
 
     def gather_path() -> None:
