@@ -35,6 +35,7 @@ from .plan import (
     datatypes,
     free_types,
     segments_by_key,
+    self_comm,
     starts,
     value_counts,
     value_index,
@@ -323,7 +324,7 @@ class KJTAllToAll:
         the receive plan; the values' are made for this call's counts and shared by the weights
         when both have the same row type.
         """
-        lay, comm = self._layout, self.group.internal
+        lay, comm, me = self._layout, self.group.internal, self._layout.rank
         lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
         lt, vt, wt = send.types
         row_types = recv.row_types(lay, lt)
@@ -331,15 +332,17 @@ class KJTAllToAll:
         made = list(value_types)
         sd = sent[:-1]
         sc = list(map(sub, sent[1:], sd))
+        mine = (sd[me], sc[me])  # this rank's own segments: placed by a local copy below
+        sc[me] = 0
         send_at = [d * send.value_bytes for d in sd]
         recv_l = np.empty(recv.total, dtype=lens.dtype)
         recv_v = np.empty((received[1], *vals.shape[1:]), dtype=vals.dtype)
+        rows = (send.row_counts_peers, send.row_bytes)
         requests = [
-            comm.Ialltoallw(
-                [lens, (send.row_counts, send.row_bytes), [lt] * lay.size], lay.recv(recv_l, row_types, lt)
-            ),
+            comm.Ialltoallw([lens, rows, [lt] * lay.size], lay.recv(recv_l, row_types, lt)),
             comm.Ialltoallw([vals, (sc, send_at), [vt] * lay.size], lay.recv(recv_v, value_types, vt)),
         ]
+        local = [(lens, send.row_self, lt, recv_l, row_types), (vals, mine, vt, recv_v, value_types)]
         recv_w = None
         if w is not None:
             w = send_view(w)
@@ -350,6 +353,10 @@ class KJTAllToAll:
             requests.append(
                 comm.Ialltoallw([w, (sc, w_at), [wt] * lay.size], lay.recv(recv_w, weight_types, wt))
             )
+            local.append((w, mine, wt, recv_w, weight_types))
+        for x, (first, count), dt, into, types in local:
+            if types:  # MPI's own path to this rank is far slower than a local copy (see _Placement)
+                self_comm().Sendrecv([x[first : first + count], count, dt], 0, 0, [into, 1, types[me]], 0, 0)
         keys = kja._keys[lay.key_range]
         out: list[KeyedJaggedArray] = []
 

@@ -124,7 +124,8 @@ class Layout:
         self.cell_of = np.empty(self.perm.size, dtype=label)
         self.cell_of[self.perm] = np.arange(self.perm.size)
         self.bound = memory_bound()
-        self.ones, self.zeros = [1] * size, [0] * size
+        self.rank, self.zeros = rank, [0] * size
+        self.ones = [int(s != rank) for s in range(size)]  # a type from each peer; this rank copies locally
         # counts checked against the bound one by one cannot wrap an int64 sum over all of them
         self.sums_exact = size * max(nk, 1) * self.bound < 1 << 63
 
@@ -232,8 +233,8 @@ class SendPlan:
     """
 
     __slots__ = (
-        "fixed", "key_index", "placeable", "recv", "row_bytes", "row_counts", "row_displs", "template",
-        "types", "value_bytes",
+        "fixed", "key_index", "placeable", "recv", "row_bytes", "row_counts", "row_counts_peers",
+        "row_displs", "row_self", "template", "types", "value_bytes",
     )  # fmt: skip
 
     def __init__(self, layout: Layout, key_rows: np.ndarray, flags: int, fp: int, splits_fp: int,
@@ -249,6 +250,9 @@ class SendPlan:
         rows = key_rows[layout.bounds]
         self.row_counts, self.row_displs = (rows[1:] - rows[:-1]).tolist(), rows[:-1].tolist()
         self.row_bytes = [d * types[0].Get_size() for d in self.row_displs]  # Ialltoallw's displacements
+        me = layout.rank
+        self.row_self = (self.row_displs[me], self.row_counts[me])
+        self.row_counts_peers = [0 if d == me else c for d, c in enumerate(self.row_counts)]
         self.types = types
         self.placeable = True  # values with a non-empty row: the placed path can take them
         self.value_bytes = 0  # bytes of one row of values
@@ -390,6 +394,20 @@ def _row_len(x: np.ndarray) -> int:
     for s in x.shape[1:]:
         n *= s
     return n
+
+
+_SELF: list[Any] = []
+
+
+def self_comm() -> Any:
+    """The library's own duplicate of ``MPI.COMM_SELF`` (made on first use, kept for the process).
+
+    The placed path copies this rank's own segments with one ``Sendrecv`` on it: a local copy
+    through the receive datatype, on a communicator no user message can match.
+    """
+    if not _SELF:
+        _SELF.append(_mpi.MPI.COMM_SELF.Dup())
+    return _SELF[0]
 
 
 def free_types(types: list[Any]) -> None:
