@@ -6,6 +6,8 @@
 - ``wire``: the counts message both exchanges start with, and the checks they share.
 - ``exchange``: the low-level ``jagged_all_to_all`` (rows of one jagged array to each rank).
 - ``kjt``: ``KJTAllToAll`` and its awaitable.
+- ``plan``: what a call of one shape computes once (counts message template, displacements, recat
+  indices, datatypes), in bounded caches; the checks on received counts.
 - ``placement``: putting (source, key) segments in (key, source) order (MPI indexed types or a recat gather).
 
 May import: ``mpicomm.core``, ``mpicomm.errors``, ``mpicomm._mpi``.

@@ -7,7 +7,9 @@ get the same :class:`~mpicomm.CrossRankMismatchError` on every rank instead of a
 even without validation mode. ``KJTAllToAll`` also sends the counts of every key in that message, so
 each rank knows every (source, key) segment before the data moves: it then receives with
 ``Ialltoallw`` and indexed datatypes that put each segment in its final (key, source) place, or, for
-small data, with ``Ialltoallv`` and a vectorised numpy gather (the recat) in ``wait()``.
+small data, with ``Alltoallv`` and a vectorised numpy gather (the recat) in ``wait()``. What repeats
+from call to call (the counts message's template, displacements, recat indices, the lengths'
+datatypes) comes from the plans of :mod:`mpicomm.jagged.plan`.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ __all__ = ["KJTAllToAll", "KJTAllToAllAwaitable"]
 class _Placement:
     """From this many values per rank (on average), MPI places the segments itself (no recat copy).
 
-    Below it, one ``Ialltoallv`` per array and a numpy gather; measured on MPICH the two paths meet
-    at a few hundred values per rank, and above that the placed path wins by more and more.
+    Below it, one ``Alltoallv`` per array and a numpy gather. Above it, the placed path wins by more
+    and more (it also copies this rank's own segments locally, where MPI's path to itself is slow).
     """
 
     min_values = 1024
