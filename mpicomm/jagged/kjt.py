@@ -52,9 +52,11 @@ class _Placement:
 
     Below it, one ``Alltoallv`` per array and a numpy gather. Above it, the placed path wins by more
     and more (it also copies this rank's own segments locally, where MPI's path to itself is slow).
+    Measured on MPICH, 2 ranks, 2 keys per rank: gather 28 / 45 / 59 us against placed 43 / 53 / 54
+    us at 1024 / 4096 / 8192 values per rank.
     """
 
-    min_values = 1024
+    min_values = 8192
     #: Send plans (distinct shapes of this rank's input) a KJTAllToAll keeps; each keeps 8 receive plans.
     plans = 16
 
