@@ -221,7 +221,7 @@ class KJTAllToAll:
         if not self._agreed:
             self._agree()
         send = self._send_plan(kja)
-        offsets = kja._offsets if kja._offsets is not None else kja.offsets()
+        offsets = kja._offsets64 if kja._offsets64 is not None else kja._wide_offsets()
         header, key_values = send.header(lay, offsets, kja._values.shape[0])
         got = np.empty_like(header)
         g.internal.Alltoall([header, self._i64], [got, self._i64])

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core.control import memory_bound
-from ..errors import CommunicationError
+from ..errors import CommunicationError, CrossRankMismatchError
 from .placement import _gather_index, _row_type, indexed_types
 from .wire import _DTYPES, _FLAGS, _SPLITS, _VBE, _disagree, _exclusive_cumsum
 
@@ -288,6 +288,8 @@ class SendPlan:
         if plan is None:
             if got[:, :_FIXED].tobytes() != self.fixed:
                 _disagree(got, fn)
+                raise CrossRankMismatchError(f"{fn}: a rank disagrees with this one about weights, VBE, "
+                                             "dtypes or splits; expected the same on every rank")  # fmt: skip
             vbe = bool(self.template[0, _FLAGS] & _VBE)
             _check_rows(got, layout, vbe, fn)
             plan = RecvPlan(layout, got, vbe)

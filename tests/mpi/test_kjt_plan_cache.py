@@ -158,3 +158,19 @@ def test_forged_per_key_counts_are_refused_before_allocating(world: mpicomm.Proc
 def _dtype_parts(kja: KeyedJaggedArray) -> tuple[Any, ...]:
     v = kja.values()
     return (str(kja.lengths().dtype), v.dtype.str, v.shape[1:], None)
+
+
+def test_narrow_lengths_whose_total_passes_their_dtype_move_right(world: mpicomm.ProcessGroup) -> None:
+    # uint16 lengths of 40,000 and 30,000 values per key: their running sum passes 65,535
+    w, r = world.size(), world.rank()
+    keys = ["a", "b"]
+    sizes = {"a": 40000, "b": 30000}
+
+    def rows(s: int) -> dict[str, list[np.ndarray]]:
+        return {k: [np.full(n, 10 * s + i, np.int8)] for i, (k, n) in enumerate(sizes.items())}
+
+    slots = dict.fromkeys(keys, 1)
+    inputs = [RankInput(keys, rows(s), None, False, np.uint16, 1, slots, np.int8) for s in range(w)]
+    splits = [2] + [0] * (w - 1)
+    got = KJTAllToAll(splits)(inputs[r].to_kja()).wait()
+    check_output(got, reference_all_to_all(inputs, splits)[r])
