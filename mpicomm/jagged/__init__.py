@@ -7,6 +7,8 @@
 - ``exchange``: the host side of ``mpicomm.jagged_all_to_all`` (rows of one jagged array to each
   rank; the public call is the front door's, :mod:`mpicomm.front.collectives`).
 - ``kjt``: ``KJTAllToAll`` and its awaitable.
+- ``plan``: what a call of one shape computes once (counts message template, displacements, recat
+  indices, datatypes), in bounded caches; the checks on received counts.
 - ``placement``: putting (source, key) segments in (key, source) order (MPI indexed types or a recat gather).
 
 May import: ``mpicomm.core``, ``mpicomm.errors``, ``mpicomm._mpi``.

@@ -96,6 +96,7 @@ class KeyedJaggedArray(KeyedOps):
         self._spkpr = _check_vbe(stride_per_key_per_rank, len(self._keys), self._lengths.size)
         self._stride = self._check_stride(stride)
         self._per_key: tuple[list[int], list[int], list[int]] | None = None
+        self._offsets64: np.ndarray | None = None
         given = {
             "stride_per_key": stride_per_key,
             "length_per_key": length_per_key,

@@ -40,6 +40,7 @@ class KeyedOps:
     _values: np.ndarray
     _lengths: np.ndarray
     _offsets: np.ndarray | None
+    _offsets64: np.ndarray | None
     _weights: np.ndarray | None
     _stride: int
     _spkpr: list[list[int]] | None
@@ -58,6 +59,7 @@ class KeyedOps:
         """Build without checks, from parts the library computed itself."""
         self = cls.__new__(cls)
         self._keys, self._values, self._lengths, self._offsets = keys, values, lengths, None
+        self._offsets64 = None
         self._weights, self._stride, self._spkpr, self._per_key = (
             weights,
             stride,
@@ -75,6 +77,21 @@ class KeyedOps:
             np.cumsum(self._lengths, out=offsets[1:])
             self._offsets = offsets
         return self._offsets
+
+    def _wide_offsets(self) -> np.ndarray:
+        """``offsets()`` in a dtype no sum of the lengths wraps in (computed on first use).
+
+        ``offsets()`` keeps the lengths' dtype, as torchrec does, so uint16 or int32 lengths whose
+        total passes that dtype's range wrap there; the exchange counts from these instead.
+        """
+        if self._offsets64 is None:
+            if self._lengths.dtype.itemsize == 8:
+                self._offsets64 = self.offsets()
+            else:
+                wide = np.zeros(self._lengths.size + 1, dtype=np.int64)
+                np.cumsum(self._lengths, dtype=np.int64, out=wide[1:])
+                self._offsets64 = wide
+        return self._offsets64
 
     def stride_per_key(self) -> list[int]:
         """Batch slots of each key."""

@@ -7,12 +7,15 @@ get the same :class:`~mpicomm.CrossRankMismatchError` on every rank instead of a
 even without validation mode. ``KJTAllToAll`` also sends the counts of every key in that message, so
 each rank knows every (source, key) segment before the data moves: it then receives with
 ``Ialltoallw`` and indexed datatypes that put each segment in its final (key, source) place, or, for
-small data, with ``Ialltoallv`` and a vectorised numpy gather (the recat) in ``wait()``.
+small data, with ``Alltoallv`` and a vectorised numpy gather (the recat) in ``wait()``. What repeats
+from call to call (the counts message's template, displacements, recat indices, the lengths'
+datatypes) comes from the plans of :mod:`mpicomm.jagged.plan`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import sub
 from typing import Any
 
 import numpy as np
@@ -25,23 +28,21 @@ from ..core.groups import ProcessGroup, resolve
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError, GroupError
 from .keyed import KeyedJaggedArray
-from .placement import _apply, _key_major, _keyed, _place, _recat_index
-from .wire import (
-    _DTYPES,
-    _FLAGS,
-    _HEADER,
-    _ROWS,
-    _SPLITS,
-    _STRIDE,
-    _TOTAL,
-    _VALUES,
-    _VBE,
-    _WEIGHTED,
-    _alltoallv,
-    _exchange_header,
-    _exclusive_cumsum,
-    _fingerprint,
+from .placement import indexed_types
+from .plan import (
+    Layout,
+    Lru,
+    RecvPlan,
+    SendPlan,
+    datatypes,
+    free_types,
+    segments_by_key,
+    self_comm,
+    starts,
+    value_counts,
+    value_index,
 )
+from .wire import _VBE, _WEIGHTED, _exclusive_cumsum, _fingerprint
 
 __all__ = ["KJTAllToAll", "KJTAllToAllAwaitable"]
 
@@ -49,36 +50,47 @@ __all__ = ["KJTAllToAll", "KJTAllToAllAwaitable"]
 class _Placement:
     """From this many values per rank (on average), MPI places the segments itself (no recat copy).
 
-    Below it, one ``Ialltoallv`` per array and a numpy gather; measured on MPICH the two paths meet
-    at a few hundred values per rank, and above that the placed path wins by more and more.
+    Below it, one ``Alltoallv`` per array and a numpy gather. Above it, the placed path wins by more
+    and more (it also copies this rank's own segments locally, where MPI's path to itself is slow).
+    Measured on MPICH, 2 ranks, 2 keys per rank: gather 28 / 45 / 59 us against placed 43 / 53 / 54
+    us at 1024 / 4096 / 8192 values per rank.
     """
 
-    min_values = 1024
+    min_values = 8192
+    #: Send plans (distinct shapes of this rank's input) a KJTAllToAll keeps; each keeps 8 receive plans.
+    plans = 16
 
 
 class KJTAllToAllAwaitable:
     """The pending output of a :class:`KJTAllToAll` call; :meth:`wait` returns it.
 
     The counts have been exchanged and the data messages posted when you get this handle, so work
-    done before :meth:`wait` overlaps the transfer.
+    done before :meth:`wait` overlaps the transfer. Small exchanges (the gather path) have already
+    moved their data when you get it: blocking calls cost less there than posting and waiting.
     """
 
-    __slots__ = ("_out", "_work")
+    __slots__ = ("_finish", "_out", "_work")
 
-    def __init__(self, work: Work, out: list[KeyedJaggedArray]) -> None:
-        self._work, self._out = work, out
+    def __init__(
+        self, work: Work | None, out: list[KeyedJaggedArray], finish: Callable[[], None] | None = None
+    ) -> None:
+        self._work, self._out, self._finish = work, out, finish
 
     def wait(self) -> KeyedJaggedArray:
         """Block until the data has arrived, reorder it, and return this rank's KeyedJaggedArray."""
-        self._work.wait()
+        if self._work is not None:
+            self._work.wait()
+        elif self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
         return self._out[0]
 
     def is_completed(self) -> bool:
         """Whether the data has arrived (never blocks)."""
-        return self._work.is_completed()
+        return self._work.is_completed() if self._work is not None else True
 
     def __repr__(self) -> str:
-        return f"<mpicomm.KJTAllToAllAwaitable {'completed' if self._work.is_completed() else 'pending'}>"
+        return f"<mpicomm.KJTAllToAllAwaitable {'completed' if self.is_completed() else 'pending'}>"
 
 
 class KJTAllToAll:
@@ -166,47 +178,61 @@ class KJTAllToAll:
                 f"{fn}: stagger is {stagger}; expected a positive divisor of {g.size()} (the group size)"
             )
         self.group, self.stagger = g, int(stagger)
-        self._plan = _Plan(self.splits, self.stagger, g.rank())
+        self._layout = Layout(self.splits, self.stagger, g.rank())
+        self._i64 = _mpi.MPI.INT64_T
         self._fp = _fingerprint(self.splits, self.stagger)
         self._agreed = g.size() == 1
-        self._templates: dict[tuple[int, int, int], np.ndarray] = {}
-        self._fingerprints: dict[tuple[Any, ...], int] = {}
-        self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        #: Send plans by this rank's shape; each holds the receive plans seen with it (see ``plan``).
+        self._send: Lru[tuple[Any, ...], SendPlan] = Lru(_Placement.plans, SendPlan.free)
 
     @collective("KJTAllToAll", group_of=lambda bound: bound["self"].group)
     def __call__(self, kja: KeyedJaggedArray) -> KJTAllToAllAwaitable:
         """Start the exchange of ``kja``; the returned handle's ``wait()`` gives this rank's output.
 
         The first call on a KJTAllToAll also checks, with one small ``Allreduce``, that every rank
-        built it with the same splits and stagger (so call it on every rank of the group).
+        built it with the same splits and stagger (so call it on every rank of the group). A call
+        with the same shape as a recent one (batch sizes, dtypes, weights; the keys' names do not
+        matter) reuses that call's plan: its counts message template, displacements and recat index.
 
         Raises:
             ArgumentTypeError: ``kja`` is not a KeyedJaggedArray.
             ArgumentError: its number of keys is not ``sum(splits)``.
             CrossRankMismatchError: ranks disagree about splits, stagger, dtypes, weights or VBE
                 (always checked) or keys (validation mode); raised on every rank.
+            CommunicationError: a peer announces counts that no real peer sends.
         """
         fn, g = "KJTAllToAll", self.group
         if not isinstance(kja, KeyedJaggedArray):
             raise ArgumentTypeError(
                 f"{fn}: the input is a {type(kja).__qualname__}; expected a KeyedJaggedArray"
             )
-        flags, fp = self._describe(kja)
         if validation._Flag.on:
-            dtypes = self._dtypes(kja)
-            agree = {"splits": self.splits, "stagger": self.stagger, "keys": kja.keys(), "dtypes": dtypes}
-            validation.check(g, fn, {**agree, "weighted": bool(flags & _WEIGHTED), "vbe": bool(flags & _VBE)})
-        nkeys = len(kja._keys)
-        if nkeys != self._plan.nkeys:
+            agree = {"splits": self.splits, "stagger": self.stagger, "keys": kja.keys()}
+            vbe, weighted = kja.variable_stride_per_key(), kja.weights() is not None
+            validation.check(g, fn, {**agree, "dtypes": _dtypes(kja), "weighted": weighted, "vbe": vbe})
+        lay = self._layout
+        if len(kja._keys) != lay.nkeys:
             raise ArgumentError(
-                f"{fn}: the KeyedJaggedArray has {nkeys} keys; expected {self._plan.nkeys}, "
+                f"{fn}: the KeyedJaggedArray has {len(kja._keys)} keys; expected {lay.nkeys}, "
                 f"the sum of splits {self.splits}"
             )
-        if g.size() == 1:
+        if lay.size == 1:
             return KJTAllToAllAwaitable(completed(), [kja])
         if not self._agreed:
             self._agree()
-        return self._start(kja, flags, fp)
+        send = self._send_plan(kja)
+        offsets = kja._offsets64 if kja._offsets64 is not None else kja._wide_offsets()
+        header, key_values = send.header(lay, offsets, kja._values.shape[0])
+        got = np.empty_like(header)
+        g.internal.Alltoall([header, self._i64], [got, self._i64])
+        recv = send.receive(lay, got, fn)
+        values_sk, counts, got_values = value_counts(got, lay, fn)
+        sent = key_values[lay.dest_index].tolist()  # where each destination's values start, and the end
+        # every rank sees every rank's total, so every rank takes the same path
+        total = sum(got[:, lay.total_col].tolist())
+        if send.placeable and total >= _Placement.min_values * lay.size:
+            return self._start_in_place(kja, send, recv, values_sk, (counts, got_values), sent)
+        return self._start_gather(kja, send, recv, values_sk, (counts, got_values), sent)
 
     def _agree(self) -> None:
         """Check once that every rank has the same splits and stagger (the counts message's width)."""
@@ -220,169 +246,141 @@ class KJTAllToAll:
             )
         self._agreed = True
 
-    def _describe(self, kja: KeyedJaggedArray) -> tuple[int, int]:
-        """The flags (VBE, weighted) and the dtype fingerprint of ``kja`` for the counts message."""
-        w = kja.weights()
-        flags = (_VBE if kja.variable_stride_per_key() else 0) | (_WEIGHTED if w is not None else 0)
-        v, lens = kja.values(), kja.lengths()
-        key = (lens.dtype, v.dtype, v.shape[1:], None if w is None else (w.dtype, w.shape[1:]))
-        fp = self._fingerprints.get(key)
-        if fp is None:
-            fp = self._fingerprints[key] = _fingerprint(*self._dtypes(kja))
-        return flags, fp
-
-    @staticmethod
-    def _dtypes(kja: KeyedJaggedArray) -> tuple[Any, ...]:
-        """What ranks must agree on about the arrays: dtypes and trailing shapes."""
-        v, w = kja.values(), kja.weights()
-        return (
-            str(kja.lengths().dtype),
-            v.dtype.str,
-            v.shape[1:],
-            None if w is None else (w.dtype.str, w.shape[1:]),
-        )
-
-    def _start(self, kja: KeyedJaggedArray, flags: int, fp: int) -> KJTAllToAllAwaitable:
-        """Exchange the counts (per destination and per key), then post the data messages."""
-        header, rows, values = self._counts(kja, flags, fp)
-        got = _exchange_header(self.group, header, "KJTAllToAll")
-        # every rank sees every rank's total, so every rank takes the same path
-        total = int(got[:, _TOTAL].sum())
-        if row_size(kja.values()) and total >= _Placement.min_values * self._plan.size:
-            return self._start_in_place(kja, header, got, rows, values, flags)
-        return self._start_gather(kja, header, got, flags)
-
-    def _counts(
-        self, kja: KeyedJaggedArray, flags: int, fp: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The counts message, and where each destination's rows and values start in ``kja``."""
-        plan = self._plan
-        if flags & _VBE:
-            spk = np.asarray(kja.stride_per_key(), dtype=np.int64)
-            key_rows = _exclusive_cumsum(spk)
-            header = self._template(flags, fp, -1)
-            header[:, _STRIDE] = kja.stride()
-            header.reshape(-1)[plan.row_slots] = spk
-            rows = key_rows[plan.bounds]
-            np.subtract(rows[1:], rows[:-1], out=header[:, _ROWS])
-        else:  # everything about rows follows from the stride: cached with the template
-            key_rows, rows = self._key_rows(kja.stride())
-            header = self._template(flags, fp, kja.stride())
-        key_values = kja.offsets()[key_rows]
-        header.reshape(-1)[plan.value_slots] = key_values[1:] - key_values[:-1]
-        values = key_values[plan.bounds]
-        np.subtract(values[1:], values[:-1], out=header[:, _VALUES])
-        header[:, _TOTAL] = kja.values().shape[0]
-        return header, rows, values
-
-    def _key_rows(self, stride: int) -> tuple[np.ndarray, np.ndarray]:
-        """Where each key's rows start, and each destination's, for ``stride`` slots per key."""
-        cached = self._rows.get(stride)
-        if cached is None:
-            key_rows = np.arange(self._plan.nkeys + 1, dtype=np.int64) * stride
-            cached = self._rows[stride] = (key_rows, key_rows[self._plan.bounds])
-        return cached
-
-    def _template(self, flags: int, fp: int, stride: int) -> np.ndarray:
-        """A fresh header with the columns fixed by these flags, dtypes and stride (-1: VBE) filled in."""
-        template = self._templates.get((flags, fp, stride))
-        if template is None:
-            plan = self._plan
-            template = np.zeros((plan.size, plan.width), dtype=np.int64)
-            template[:, _FLAGS], template[:, _DTYPES], template[:, _SPLITS] = flags, fp, self._fp
-            if stride >= 0:
-                template[:, _STRIDE] = stride
-                template.reshape(-1)[plan.row_slots] = stride
-                rows = self._key_rows(stride)[1]
-                template[:, _ROWS] = rows[1:] - rows[:-1]
-            if len(self._templates) >= 64:
-                self._templates.clear()
-            self._templates[(flags, fp, stride)] = template
-        fresh: np.ndarray = template.copy()
-        return fresh
-
-    def _output(
-        self,
-        kja: KeyedJaggedArray,
-        got: np.ndarray,
-        lengths: np.ndarray,
-        values: np.ndarray,
-        weights: np.ndarray | None,
-        flags: int,
-    ) -> KeyedJaggedArray:
-        """This rank's output from arrays already in (key, source) order."""
-        plan = self._plan
-        strides = plan.rows(got) if flags & _VBE else None
-        keys = kja._keys[plan.key_range]
-        return _keyed(keys, lengths, values, weights, got[:, _STRIDE], strides, plan.order)
+    def _send_plan(self, kja: KeyedJaggedArray) -> SendPlan:
+        """The send plan of ``kja``'s shape: made on first use, then served from a bounded cache."""
+        w, v, lens = kja._weights, kja._values, kja._lengths
+        vbe = None if kja._spkpr is None else tuple(kja.stride_per_key())
+        wkey = None if w is None else (w.dtype, w.shape[1:])
+        key = (kja._stride, vbe, lens.dtype, v.dtype, v.shape[1:], wkey)
+        plan = self._send.get(key)
+        if plan is None:  # a new shape here
+            flags = (_VBE if vbe is not None else 0) | (_WEIGHTED if w is not None else 0)
+            if vbe is not None:
+                key_rows = _exclusive_cumsum(np.asarray(vbe, dtype=np.int64))
+            else:
+                key_rows = np.arange(self._layout.nkeys + 1, dtype=np.int64) * kja._stride
+            fp = _fingerprint(*_dtypes(kja))
+            types = datatypes(lens, v, w)
+            plan = SendPlan(self._layout, key_rows, flags, fp, self._fp, kja._stride, types)
+            plan.placeable = row_size(v) > 0
+            plan.value_bytes = v.itemsize * row_size(v)
+            self._send.put(key, plan)
+        return plan
 
     def _start_gather(
-        self, kja: KeyedJaggedArray, header: np.ndarray, got: np.ndarray, flags: int
+        self,
+        kja: KeyedJaggedArray,
+        send: SendPlan,
+        recv: RecvPlan,
+        values_sk: np.ndarray,
+        received: tuple[list[int], int],
+        sent: list[int],
     ) -> KJTAllToAllAwaitable:
-        """Small exchanges: one Ialltoallv per array into (source, key) order, one gather each in wait()."""
-        g, plan = self.group, self._plan
-        lens, vals, w = send_view(kja.lengths()), send_view(kja.values()), kja.weights()
-        recv_rows, recv_values = got[:, _ROWS], got[:, _VALUES]
-        recv = [np.empty(int(recv_rows.sum()), dtype=lens.dtype)]
-        recv.append(np.empty((int(recv_values.sum()), *vals.shape[1:]), dtype=vals.dtype))
-        requests = [
-            _alltoallv(g, lens, header[:, _ROWS], recv[0], recv_rows),
-            _alltoallv(g, vals, header[:, _VALUES], recv[1], recv_values),
-        ]
+        """Small exchanges: one Alltoallv per array into (source, key) order, one gather each in wait().
+
+        The data moves before this returns: for these sizes the blocking calls cost less than
+        posting non-blocking ones and waiting (measured on MPICH, 2 ranks, 1 KiB: about 8 us against
+        10 us for lengths and values), and there is little transfer to overlap.
+        """
+        lay, comm = self._layout, self.group.internal
+        lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
+        lt, vt, wt = send.types
+        counts, got_values = received
+        displs_list = starts(counts)
+        sd = sent[:-1]
+        sc = list(map(sub, sent[1:], sd))
+        recv_l = np.empty(recv.total, dtype=lens.dtype)
+        recv_v = np.empty((got_values, *vals.shape[1:]), dtype=vals.dtype)
+        rows = (send.row_counts, send.row_displs)
+        comm.Alltoallv([lens, rows, lt], [recv_l, (recv.counts, recv.displs), lt])
+        comm.Alltoallv([vals, (sc, sd), vt], [recv_v, (counts, displs_list), vt])
+        recv_w = None
         if w is not None:
             w = send_view(w)
-            recv.append(np.empty((recv[1].shape[0], *w.shape[1:]), dtype=w.dtype))
-            requests.append(_alltoallv(g, w, header[:, _VALUES], recv[2], recv_values))
-        # the gather indices depend only on the counts: build them while the data moves
-        rows, vidx = _recat_index(plan.rows(got), plan.values(got), plan.order)
+            recv_w = np.empty((got_values, *w.shape[1:]), dtype=w.dtype)
+            comm.Alltoallv([w, (sc, sd), wt], [recv_w, (counts, displs_list), wt])
+        index = None if lay.identity else value_index(values_sk, lay, got_values)
+        keys = kja._keys[lay.key_range]
         out: list[KeyedJaggedArray] = []
 
         def finish() -> None:
-            lengths, values, weights = _apply(
-                rows, vidx, recv[0], recv[1], recv[2] if w is not None else None
-            )
-            out.append(self._output(kja, got, lengths, values, weights, flags))
+            lengths, values, weights = recv_l, recv_v, recv_w
+            if index is not None:
+                lengths, values = lengths[recv.row_index], values[index]
+                weights = None if weights is None else weights[index]
+            out.append(KeyedJaggedArray._trusted(keys, values, lengths, weights, recv.stride, recv.table))
 
-        work = Work(requests, keep=(kja, header, recv), finish=finish)
-        return KJTAllToAllAwaitable(work, out)
+        return KJTAllToAllAwaitable(None, out, finish)
 
     def _start_in_place(
         self,
         kja: KeyedJaggedArray,
-        header: np.ndarray,
-        got: np.ndarray,
-        rows: np.ndarray,
-        values: np.ndarray,
-        flags: int,
+        send: SendPlan,
+        recv: RecvPlan,
+        values_sk: np.ndarray,
+        received: tuple[list[int], int],
+        sent: list[int],
     ) -> KJTAllToAllAwaitable:
         """Large exchanges: MPI writes every (source, key) segment straight to its (key, source) place.
 
         One Ialltoallw per array, whose receive datatype for each source is an indexed type listing
-        where that source's segments go. There is no recat copy at all.
+        where that source's segments go. There is no recat copy at all. The lengths' types come from
+        the receive plan; the values' are made for this call's counts and shared by the weights
+        when both have the same row type.
         """
-        g, plan = self.group, self._plan
-        lens, vals, w = send_view(kja.lengths()), send_view(kja.values()), kja.weights()
-        seg, at, totals = _key_major(plan.segments(got), plan.order, plan.position)
-        arrays = [(lens, header[:, _ROWS], rows, 0), (vals, header[:, _VALUES], values, 1)]
+        lay, comm, me = self._layout, self.group.internal, self._layout.rank
+        lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
+        lt, vt, wt = send.types
+        row_types = recv.row_types(lay, lt)
+        value_types = indexed_types(vt, *segments_by_key(values_sk, lay))
+        made = list(value_types)
+        sd = sent[:-1]
+        sc = list(map(sub, sent[1:], sd))
+        mine = (sd[me], sc[me])  # this rank's own segments: placed by a local copy below
+        sc[me] = 0
+        send_at = [d * send.value_bytes for d in sd]
+        recv_l = np.empty(recv.total, dtype=lens.dtype)
+        recv_v = np.empty((received[1], *vals.shape[1:]), dtype=vals.dtype)
+        rows = (send.row_counts_peers, send.row_bytes)
+        requests = [
+            comm.Ialltoallw([lens, rows, [lt] * lay.size], lay.recv(recv_l, row_types, lt)),
+            comm.Ialltoallw([vals, (sc, send_at), [vt] * lay.size], lay.recv(recv_v, value_types, vt)),
+        ]
+        local = [(lens, send.row_self, lt, recv_l, row_types), (vals, mine, vt, recv_v, value_types)]
+        recv_w = None
         if w is not None:
-            arrays.append((send_view(w), header[:, _VALUES], values, 1))
-        recv, requests, types = [], [], []
-        for x, sent, first, a in arrays:
-            out_x, request, made = _place(
-                g, x, sent, first, [s[a] for s in seg], [s[a] for s in at], totals[a]
+            w = send_view(w)
+            weight_types = value_types if wt == vt else indexed_types(wt, *segments_by_key(values_sk, lay))
+            made += [] if weight_types is value_types else weight_types
+            recv_w = np.empty((received[1], *w.shape[1:]), dtype=w.dtype)
+            w_at = send_at if wt == vt else [d * w.itemsize * row_size(w) for d in sd]
+            requests.append(
+                comm.Ialltoallw([w, (sc, w_at), [wt] * lay.size], lay.recv(recv_w, weight_types, wt))
             )
-            recv.append(out_x)
-            requests.append(request)
-            types += made
+            local.append((w, mine, wt, recv_w, weight_types))
+        for x, (first, count), dt, into, types in local:
+            if types:  # MPI's own path to this rank is far slower than a local copy (see _Placement)
+                self_comm().Sendrecv([x[first : first + count], count, dt], 0, 0, [into, 1, types[me]], 0, 0)
+        keys = kja._keys[lay.key_range]
         out: list[KeyedJaggedArray] = []
 
         def finish() -> None:
-            for t in types:
-                t.Free()
-            out.append(self._output(kja, got, recv[0], recv[1], recv[2] if w is not None else None, flags))
+            free_types(made)
+            out.append(KeyedJaggedArray._trusted(keys, recv_v, recv_l, recv_w, recv.stride, recv.table))
 
-        work = Work(requests, keep=(kja, header, arrays, recv), finish=finish)
+        work = Work(requests, keep=(kja, lens, vals, w, recv_l, recv_v, recv_w), finish=finish)
         return KJTAllToAllAwaitable(work, out)
+
+
+def _dtypes(kja: KeyedJaggedArray) -> tuple[Any, ...]:
+    """What ranks must agree on about the arrays: dtypes and trailing shapes."""
+    v, w = kja.values(), kja.weights()
+    return (
+        str(kja.lengths().dtype),
+        v.dtype.str,
+        v.shape[1:],
+        None if w is None else (w.dtype.str, w.shape[1:]),
+    )
 
 
 def _call_form(
@@ -414,37 +412,3 @@ def _call_form(
     if pg is None:
         raise ArgumentError(f"{fn}: no splits given; expected KJTAllToAll(pg, splits) or KJTAllToAll(splits)")
     return group, pg
-
-
-class _Plan:
-    """What a KJTAllToAll computes once from its splits: where each key's counts go in the header.
-
-    The counts message has one row per destination: the fixed columns, then ``maxk`` batch-slot
-    counts and ``maxk`` value counts (``maxk`` = the largest split), one per key of that destination.
-    """
-
-    def __init__(self, splits: list[int], stagger: int, rank: int) -> None:
-        size = len(splits)
-        self.size, self.nkeys, self.maxk = size, sum(splits), max(splits, default=0)
-        self.width = _HEADER + 2 * self.maxk
-        self.bounds = _exclusive_cumsum(np.asarray(splits, dtype=np.int64))
-        dest = np.repeat(np.arange(size, dtype=np.int64), splits)
-        slot = dest * self.width + _HEADER + np.arange(self.nkeys, dtype=np.int64) - self.bounds[dest]
-        self.row_slots, self.value_slots = slot, slot + self.maxk
-        self.key_range = slice(int(self.bounds[rank]), int(self.bounds[rank + 1]))
-        self.mine = splits[rank]
-        n = size // stagger
-        self.order = np.array([x + n * y for x in range(n) for y in range(stagger)], dtype=np.int64)
-        self.position = np.argsort(self.order)  # column of source s in the output order
-
-    def segments(self, got: np.ndarray) -> np.ndarray:
-        """``[source, 0 or 1, key]``: batch slots (0) and values (1) of this rank's segments."""
-        return got[:, _HEADER:].reshape(self.size, 2, self.maxk)[:, :, : self.mine]
-
-    def rows(self, got: np.ndarray) -> np.ndarray:
-        """Batch slots of segment (source, key) for this rank's keys, from the received counts."""
-        return self.segments(got)[:, 0]
-
-    def values(self, got: np.ndarray) -> np.ndarray:
-        """Values of segment (source, key) for this rank's keys, from the received counts."""
-        return self.segments(got)[:, 1]

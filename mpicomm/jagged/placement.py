@@ -6,38 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from ..core.buffers import datatype, row_size
-from ..core.groups import ProcessGroup
+from ..core.buffers import datatype
 from .keyed import KeyedJaggedArray
 from .wire import (
     _exclusive_cumsum,
     _segment_index,
 )
-
-
-def _key_major(
-    seg: np.ndarray, order: np.ndarray, position: np.ndarray
-) -> tuple[list[list[list[int]]], list[list[list[int]]], list[int]]:
-    """Sizes and output starts of segments ``seg[s, a, k]`` laid out by key, then source in ``order``.
-
-    ``a`` counts separate arrays (rows, values) laid out independently, each in its own output.
-
-    Returns:
-        ``seg`` and the starts as nested lists ``[s][a][k]`` (MPI's indexed-type arguments), and
-        each array's total.
-
-    Example:
-        >>> seg, at, total = _key_major(np.array([[[1, 2]], [[3, 4]]]), np.arange(2), np.arange(2))
-        >>> at, total        # source 0's key 0 at 0, key 1 at 4; source 1's at 1 and 6
-        ([[[0, 4]], [[1, 6]]], [10])
-    """
-    size, arrays, nl = seg.shape
-    ordered = seg[order].transpose(1, 2, 0).reshape(arrays, nl * size)
-    ends = np.cumsum(ordered, axis=1)
-    at = (ends - ordered).reshape(arrays, nl, size)[:, :, position].transpose(2, 0, 1)
-    totals = ends[:, -1].tolist() if nl else [0] * arrays
-    return seg.tolist(), at.tolist(), totals
-
 
 #: Committed MPI datatypes for one row of each (dtype, row length): made once, kept for the process.
 _ROW_TYPES: dict[tuple[np.dtype[Any], int], Any] = {}
@@ -53,37 +27,11 @@ def _row_type(dtype: np.dtype[Any], row: int) -> Any:
     return made
 
 
-def _place(
-    g: ProcessGroup,
-    x: np.ndarray,
-    sent: np.ndarray,
-    first: np.ndarray,
-    seg: list[list[int]],
-    at: list[list[int]],
-    total: int,
-) -> tuple[np.ndarray, Any, list[Any]]:
-    """Post an Ialltoallw of ``x`` whose segment (s, k) of ``seg[s][k]`` rows lands at ``at[s][k]``.
-
-    ``sent[d]`` rows of ``x`` from row ``first[d]`` go to rank d.
-
-    Returns:
-        The output array, the request and the datatypes to free once it completes.
-    """
-    base = _row_type(x.dtype, row_size(x))
-    size = len(seg)
-    out = np.empty((total, *x.shape[1:]), dtype=x.dtype)
-    if seg and seg[0]:
-        types = [base.Create_indexed(seg[s], at[s]).Commit() for s in range(size)]
-        made, recv_counts = types, [1] * size
-    else:
-        types, made, recv_counts = [base] * size, [], [0] * size
-    row_bytes = x.itemsize * row_size(x)
-    send_at = (first[:-1] * row_bytes).tolist()
-    request = g.internal.Ialltoallw(
-        [x, (sent.tolist(), send_at), [base] * size],
-        [out, (recv_counts, [0] * size), types],
-    )
-    return out, request, made
+def indexed_types(base: Any, seg: list[list[int]], at: list[list[int]]) -> list[Any]:
+    """Per source s, a committed indexed type of blocks ``seg[s]`` at ``at[s]`` (no types: no keys)."""
+    if not (seg and seg[0]):
+        return []
+    return [base.Create_indexed(seg[s], at[s]).Commit() for s in range(len(seg))]
 
 
 #: Recat indices by (segment rows, source order): the cell order and the row index, which repeat from

@@ -16,8 +16,8 @@ from ...jagged.exchange import jagged_all_to_all
 
 if TYPE_CHECKING:
     from mpi4py import MPI
-from ...jagged import kjt, placement
-from ...jagged import wire as jagged_wire
+from ...jagged import kjt
+from ...jagged import plan as kjt_plan
 from ...jagged.exchange import JaggedResult
 from .dense import _displs, split_counts
 from .harness import F32, Buffers, Call, Contender, Env, _data, _medians, fmt_time
@@ -146,11 +146,24 @@ def _realistic_check(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -
 def _phases(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -> dict[str, Call]:
     """The calls timed: the whole exchange on each path, its count exchange, its recat, raw MPI."""
     a2a, g = mpicomm.KJTAllToAll(splits), mpicomm.init()
-    a2a(kja).wait()  # the first call checks that the ranks agree on the splits
-    header, me = a2a._counts(kja, *a2a._describe(kja))[0], e.rank
+    a2a(kja).wait()  # the first call checks that the ranks agree on the splits and makes the plans
+    lay, send = a2a._layout, a2a._send_plan(kja)
+    i64 = _mpi.MPI.INT64_T
+
+    def counts() -> tuple[Any, tuple[np.ndarray, list[int], int]]:
+        """KJTAllToAll's first step alone: the counts message, its exchange and its checks."""
+        header = send.header(lay, kja.offsets(), kja.values().shape[0])[0]
+        got = np.empty_like(header)
+        g.internal.Alltoall([header, i64], [got, i64])
+        return send.receive(lay, got, "KJTAllToAll"), kjt_plan.value_counts(got, lay, "KJTAllToAll")
+
+    recv, (values_sk, _, total) = counts()
     lens, vals, wts, _ = _source_order(e, kja, splits)
-    keys = kja.keys()[sum(splits[:me]) : sum(splits[: me + 1])]
-    per_rank = np.full(e.n, kja.stride(), dtype=np.int64)
+
+    def recat() -> None:
+        """The gather path's reorder alone, on data already in (source, key) order."""
+        index = kjt_plan.value_index(values_sk, lay, total)
+        lens[recv.row_index], vals[index], wts[index]
 
     def gather_path() -> None:
         with _placement(1 << 62):
@@ -159,15 +172,16 @@ def _phases(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -> dict[st
     return {
         "placed": lambda: a2a(kja).wait(),
         "gather": gather_path,
-        "counts": partial(jagged_wire._exchange_header, g, header, "KJTAllToAll"),
-        "recat": partial(placement._recat, keys, lens, vals, wts, per_rank, None, a2a._plan.order),
-        "raw": _raw_realistic(e, kja, header),
+        "counts": counts,
+        "recat": recat,
+        "raw": _raw_realistic(e, kja, splits),
     }
 
 
-def _raw_realistic(e: Env, kja: mpicomm.KeyedJaggedArray, header: np.ndarray) -> Call:
+def _raw_realistic(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -> Call:
     """Raw mpi4py two-step of the same bytes: Alltoall of counts, then Alltoallv of each array."""
-    sc = np.ascontiguousarray(header[:, [jagged_wire._ROWS, jagged_wire._VALUES]])
+    bounds = np.concatenate([[0], np.cumsum(splits)]) * kja.stride()
+    sc = np.stack([np.diff(bounds), np.diff(kja.offsets()[bounds])], axis=1).astype(np.int64)
     rc, i64 = np.empty_like(sc), _mpi.MPI.INT64_T
     f32 = _mpi.MPI.FLOAT
     arrays = [(kja.lengths(), 0, i64), (kja.values(), 1, f32), (kja.weights_or_none(), 1, f32)]
@@ -186,10 +200,10 @@ def _raw_realistic(e: Env, kja: mpicomm.KeyedJaggedArray, header: np.ndarray) ->
 def jagged_realistic(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[str, Any]:
     """Time the realistic shape; split each path into count exchange, value exchange and recat.
 
-    The split: ``counts`` is mpicomm's first step alone (the blocking int64 Alltoall with its
-    fingerprint check), ``recat`` the gather path's reorder alone (``placement._recat`` on data already
-    in (source, key) order), and the value exchange is the rest of the whole call. The placed path
-    (MPI writes each segment to its final place with indexed datatypes) has no recat step.
+    The split: ``counts`` is mpicomm's first step alone (the counts message, its blocking int64
+    Alltoall and its checks), ``recat`` the gather path's reorder alone (the value index and the three
+    gathers, on data already in (source, key) order), and the value exchange is the rest of the call.
+    The placed path (MPI writes each segment to its final place with indexed datatypes) has no recat.
     """
     kja, splits = realistic_input(e.rank, e.n)
     ok = bool(ctl.allreduce(_realistic_check(e, kja, splits), op=_mpi.MPI.LAND))
