@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+from .core.backend import Backend, BackendWarning, reduce_op
+from .core.future import Future
 from .core.groups import (
     DefaultGroupError,
     ProcessGroup,
@@ -54,11 +56,12 @@ from .errors import (
     MPIUnavailableError,
     ReductionTypeError,
 )
+from .front import pg_methods as _pg_methods  # noqa: F401 - attaches c10d's methods to ProcessGroup
+from .front.coalesced import all_gather_coalesced, all_reduce_coalesced
 from .front.collectives import (
     all_gather,
     all_gather_into_tensor,
     all_gather_single,
-    all_reduce,
     all_to_all,
     all_to_all_single,
     batch_isend_irecv,
@@ -76,6 +79,7 @@ from .front.collectives import (
     send,
     sendrecv,
 )
+from .front.sparse import all_reduce
 from .jagged import JaggedArray, JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
 from .objects import (
     all_gather_object,
@@ -98,9 +102,12 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
+    "Backend",
+    "BackendWarning",
     "CommunicationError",
     "CrossRankMismatchError",
     "DefaultGroupError",
+    "Future",
     "GroupError",
     "GroupMember",
     "JaggedArray",
@@ -119,10 +126,12 @@ __all__ = [
     "Work",
     "__version__",
     "all_gather",
+    "all_gather_coalesced",
     "all_gather_into_tensor",
     "all_gather_object",
     "all_gather_single",
     "all_reduce",
+    "all_reduce_coalesced",
     "all_to_all",
     "all_to_all_single",
     "allow_unpickle",
@@ -159,6 +168,7 @@ __all__ = [
     "recv",
     "recv_object_list",
     "reduce",
+    "reduce_op",
     "reduce_scatter",
     "reduce_scatter_single",
     "reduce_scatter_tensor",

@@ -36,8 +36,12 @@ class ArgumentTypeError(MpicommError, TypeError):
     """An argument has the wrong type or dtype."""
 
 
-class ReductionTypeError(ArgumentTypeError):
-    """A reduction was asked for on a dtype that it is not defined for (e.g. BAND on floats)."""
+class ReductionTypeError(ArgumentTypeError, ValueError):
+    """A reduction was asked for on a dtype that it is not defined for (e.g. BAND on floats).
+
+    Also a ``ValueError``, the type torch.distributed raises for MAX, MIN, PRODUCT and the bitwise
+    operators on complex tensors.
+    """
 
 
 class CrossRankMismatchError(MpicommError, ValueError):

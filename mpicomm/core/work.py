@@ -7,6 +7,7 @@ from typing import Any
 
 from .. import _mpi
 from ..errors import CommunicationError
+from .future import Future
 
 __all__ = ["Work"]
 
@@ -110,6 +111,17 @@ class Work:
         """Wait, then return the output arrays of the operation (an empty list for send and barrier)."""
         self.wait()
         return self._result
+
+    def get_future(self) -> Future:
+        """A :class:`~mpicomm.core.future.Future` of the output arrays (torch's ``get_future``).
+
+        Example:
+            >>> import numpy as np, mpicomm
+            >>> fut = mpicomm.all_reduce(np.ones(1), async_op=True).get_future()
+            >>> float(fut.wait()[0][0]) == mpicomm.get_world_size()
+            True
+        """
+        return Future(self)
 
     def source_rank(self) -> int:
         """The world rank a completed ``irecv`` received from (useful with any-source receives)."""
