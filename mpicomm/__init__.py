@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 from .core.backend import Backend, BackendWarning, reduce_op
+from .core.debug import DebugLevel, get_debug_level, set_debug_level, set_debug_level_from_env
 from .core.future import Future
 from .core.groups import (
     DefaultGroupError,
@@ -106,6 +107,7 @@ __all__ = [
     "BackendWarning",
     "CommunicationError",
     "CrossRankMismatchError",
+    "DebugLevel",
     "DefaultGroupError",
     "Future",
     "GroupError",
@@ -143,6 +145,7 @@ __all__ = [
     "gather",
     "gather_object",
     "get_backend",
+    "get_debug_level",
     "get_global_rank",
     "get_group_rank",
     "get_node_local_rank",
@@ -177,6 +180,8 @@ __all__ = [
     "send",
     "sendrecv",
     "send_object_list",
+    "set_debug_level",
+    "set_debug_level_from_env",
     "set_safe_unpickling",
     "set_validation",
 ]

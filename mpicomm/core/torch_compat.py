@@ -198,7 +198,10 @@ def get_backend(group: ProcessGroup | None = None) -> Backend:
     """
     g = resolve(group, "get_backend")
     if not g.is_member:
-        raise ArgumentError(f"get_backend: this rank is not a member of group {g.name}; expected a member")
+        raise ArgumentError(
+            f"get_backend: this rank is not a member of group {g.name}; expected a member "
+            "(torch says: Invalid process group specified)"
+        )
     return Backend(g.backend)
 
 

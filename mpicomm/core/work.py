@@ -128,6 +128,9 @@ class Work:
         self.wait()
         return self._source
 
+    #: torch's private spelling, which its own tests call.
+    _source_rank = source_rank
+
     def _fail(self, exc: BaseException) -> None:
         self._error = CommunicationError(f"MPI reported an error: {exc}")
         self._done = True

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..core import validation
-from ..core.buffers import check_array_list, message
+from ..core.buffers import check_array, check_array_list, check_output, message
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work, completed
@@ -23,32 +23,50 @@ from . import reductions
 __all__ = ["all_gather_coalesced", "all_reduce_coalesced"]
 
 
+def _real(dtype: Any) -> np.dtype[Any]:
+    """The real dtype a complex dtype is made of (``complex64 -> float32``); other dtypes as they are."""
+    d = np.dtype(dtype)
+    return np.empty(0, d).real.dtype if d.kind == "c" else d
+
+
 def _arrays(xs: object, fn: str, arg: str, output: bool) -> list[np.ndarray]:
-    """``xs`` checked as a list of arrays of one dtype (a mix raises ValueError, as torch's does)."""
+    """``xs`` checked as a list of arrays of one dtype (a complex dtype mixes with its real one).
+
+    As in torch, ``complex64`` mixes with ``float32``; another mix raises ValueError, as torch's does.
+    """
     if isinstance(xs, np.ndarray):
         xs = [xs]
-    if isinstance(xs, (list, tuple)):
-        dtypes = [getattr(x, "dtype", None) for x in xs]
-        for i, d in enumerate(dtypes):
-            if d is not None and dtypes[0] is not None and d != dtypes[0]:
-                raise ArgumentError(
-                    f"{fn}: {arg}[{i}] has dtype {d}; expected {dtypes[0]}, the dtype of {arg}[0] "
-                    "(all arrays of one call share a dtype)"
-                )
-    return check_array_list(xs, fn, arg, None, output)
+    if not isinstance(xs, (list, tuple)):
+        return check_array_list(xs, fn, arg, None, output)
+    check = check_output if output else check_array
+    arrays = [check(x, fn, f"{arg}[{i}]") for i, x in enumerate(xs)]
+    for i, a in enumerate(arrays):
+        if _real(a.dtype) != _real(arrays[0].dtype):
+            raise ArgumentError(
+                f"{fn}: {arg}[{i}] has dtype {a.dtype}; expected {arrays[0].dtype}, the dtype of {arg}[0] "
+                "(the arrays of one call share a dtype; a complex dtype mixes with its real one)"
+            )
+    return arrays
+
+
+def _reals(a: np.ndarray) -> int:
+    """How many real elements ``a`` holds (two per complex element)."""
+    return a.size * (2 if a.dtype.kind == "c" else 1)
 
 
 def _pack(arrays: Sequence[np.ndarray], dtype: np.dtype[Any]) -> np.ndarray:
+    """The arrays' elements in one contiguous buffer of the real ``dtype`` (complex as pairs)."""
     if not arrays:
         return np.empty(0, dtype)
-    return np.concatenate([a.reshape(-1) for a in arrays])
+    return np.concatenate([np.ascontiguousarray(a).reshape(-1).view(dtype) for a in arrays])
 
 
 def _unpack(flat: np.ndarray, arrays: Sequence[np.ndarray]) -> None:
     offset = 0
     for a in arrays:
-        a[...] = flat[offset : offset + a.size].reshape(a.shape)
-        offset += a.size
+        n = _reals(a)
+        a[...] = flat[offset : offset + n].view(a.dtype).reshape(a.shape)
+        offset += n
 
 
 def _then(inner: Work | None, keep: Any, result: list[Any], finish: Callable[[], None]) -> Work:
@@ -109,10 +127,11 @@ def all_reduce_coalesced(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    dtype = arrays[0].dtype if arrays else np.dtype(np.float32)
+    dtypes = {a.dtype for a in arrays}
     if type(op) is ReduceOp:
-        op.check(dtype, fn)
-    packed = _pack(arrays, dtype)
+        for d in sorted(dtypes, key=lambda d: d.kind != "c"):  # a complex dtype first, for its message
+            op.check(d, fn)
+    packed = _pack(arrays, _real(arrays[0].dtype) if arrays else np.dtype(np.float32))
     inner = reductions.all_reduce(packed, op, g, async_op) if packed.size else None
     if async_op:
         return _then(inner, packed, list(arrays), lambda: _unpack(packed, arrays))
@@ -168,7 +187,7 @@ def all_gather_coalesced(
     outputs = _arrays(output_tensors, fn, "output_tensor_lists", output=True)
     k, w = len(inputs), g.size()
     _check_outputs(fn, inputs, outputs, w)
-    dtype = inputs[0].dtype if inputs else np.dtype(np.uint8)
+    dtype = _real(inputs[0].dtype) if inputs else np.dtype(np.uint8)
     packed = _pack(inputs, dtype)
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(dtype), "count": packed.size})
@@ -200,13 +219,13 @@ def _check_outputs(fn: str, inputs: list[np.ndarray], outputs: list[np.ndarray],
         )
     for j, out in enumerate(outputs):
         src = inputs[j % k]
-        if out.dtype != src.dtype:
+        if _real(out.dtype) != _real(src.dtype):
             raise ArgumentError(
                 f"{fn}: output_tensor_lists[{j // k}][{j % k}] has dtype {out.dtype}; expected {src.dtype}, "
                 f"the dtype of input_tensor_list[{j % k}]"
             )
-        if out.size != src.size:
+        if _reals(out) != _reals(src):
             raise ArgumentError(
-                f"{fn}: output_tensor_lists[{j // k}][{j % k}] has {out.size} elements; expected "
-                f"{src.size}, the size of input_tensor_list[{j % k}]"
+                f"{fn}: output_tensor_lists[{j // k}][{j % k}] has {out.size} elements of {out.dtype}; "
+                f"expected the {src.size} of {src.dtype} of input_tensor_list[{j % k}]"
             )

@@ -59,9 +59,9 @@ def test_all_reduce_coalesced_refuses_mixed_dtypes_and_complex_max_with_value_er
         ValueError, match=r"all_reduce_coalesced: tensors\[1\] has dtype float32; expected float64"
     ):
         dist.all_reduce_coalesced([torch.ones(2, dtype=torch.float64), torch.ones(2)])
-    with pytest.raises(ValueError, match=r"all_reduce_coalesced: op ReduceOp\.MAX on dtype complex64"):
+    with pytest.raises(ValueError, match=r"all_reduce_coalesced: .*does not support MAX on complex"):
         dist.all_reduce_coalesced([torch.ones(2, dtype=torch.complex64)], dist.ReduceOp.MAX)
-    with pytest.raises(ValueError, match=r"all_reduce: op ReduceOp\.BXOR on dtype complex128"):
+    with pytest.raises(ValueError, match=r"all_reduce: op ReduceOp\.BXOR on complex dtype complex128"):
         dist.all_reduce(np.ones(2, complex), dist.ReduceOp.BXOR)
 
 
@@ -94,7 +94,7 @@ def test_all_gather_coalesced_async_and_bad_output_lists(world):
         TypeError, match="all_gather_coalesced: output_tensor_lists is Tensor; expected a list"
     ):
         dist.all_gather_coalesced(torch.zeros(2), [torch.zeros(2)])
-    with pytest.raises(ValueError, match=r"output_tensor_lists\[0\]\[0\] has 3 elements; expected 2"):
+    with pytest.raises(ValueError, match=r"output_tensor_lists\[0\]\[0\] has 3 elements of float32"):
         dist.all_gather_coalesced([[torch.zeros(3)] for _ in range(w)], [torch.zeros(2)])
 
 
