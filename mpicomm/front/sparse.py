@@ -54,7 +54,7 @@ def all_reduce(
     ======  ==========  ===========
 
     Takes every array kind the front door takes (numpy, torch, cupy, ...), and torch sparse COO
-    tensors with SUM (:func:`all_reduce_sparse`).
+    tensors with SUM (gathered and coalesced, as torch's Gloo does; other ops raise).
 
     Args:
         tensor: Input and output, the same shape and dtype on every rank.
