@@ -57,13 +57,16 @@ class ProcessGroup:
         ranks: The world ranks of the members, in group-rank order.
         backend: The backend name the group was made with, lower-cased (``"mpi"``, ``"gloo"``, ...);
             every one runs on MPI.
+        timeout: The ``timeout`` the group was made with, in seconds, or None: it bounds the group's
+            blocking :func:`~mpicomm.barrier` (see docs/torch.rst for the other calls).
     """
 
-    __slots__ = ("_index", "_rank", "_size", "backend", "comm", "internal", "name", "ranks")
+    __slots__ = ("_index", "_rank", "_size", "backend", "comm", "internal", "name", "ranks", "timeout")
 
     def __init__(self, comm: Any, ranks: list[int], name: str, backend: str = "mpi") -> None:
         self.comm = comm
         self.backend = backend
+        self.timeout: float | None = None
         # a second private communicator for mpicomm's own point-to-point traffic inside collectives
         self.internal: Any = None if comm is None else comm.Dup()
         self.ranks = ranks
@@ -311,8 +314,9 @@ def new_group(
 
     Args:
         ranks: World ranks of the members; ``None`` for all of them.
-        timeout: Accepted for torch compatibility (a ``timedelta`` or seconds) and not used: MPI
-            operations have no per-group timeout.
+        timeout: A ``timedelta`` or seconds: bounds the group's blocking barriers, which raise
+            :class:`~mpicomm.CommunicationError` (a RuntimeError) when not every rank entered in
+            time; None: no bound.
         backend: ``None`` (the default group's) or any of torch's backend names; every one runs
             on MPI and is kept for :func:`~mpicomm.get_backend`.
         pg_options: Accepted for torch compatibility and not used.
@@ -337,7 +341,7 @@ def new_group(
     fn = "new_group"
     w = world(fn)
     label = check_backend(backend, fn, w.backend)
-    timeout_seconds(timeout, fn)
+    seconds = timeout_seconds(timeout, fn)
     if group_desc is not None and not isinstance(group_desc, str):
         raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
     try:
@@ -356,6 +360,7 @@ def new_group(
     _State.counter += 1
     name = group_desc or f"group{_State.counter}"
     group = ProcessGroup(None if comm == _mpi.MPI.COMM_NULL else comm, members, name, label)
+    group.timeout = seconds
     _State.groups.append(group)
     return group
 

@@ -81,7 +81,8 @@ def init_process_group(
     Args:
         backend: ``None`` (``"mpi"``) or any of torch's backend names.
         init_method: Accepted (``"env://"``, ``"tcp://..."``, ``"file://..."``) and not used.
-        timeout: A ``timedelta`` or seconds; checked, not used (MPI has no collective timeout).
+        timeout: A ``timedelta`` or seconds: bounds the default group's blocking barriers (they
+            raise a RuntimeError naming the group when not every rank entered in time).
         world_size: -1, or the number of MPI processes (another value warns and is ignored).
         rank: -1, or this process's MPI rank (another value warns and is ignored).
         store: Must be None: there is no torch Store without torch.
@@ -111,7 +112,7 @@ def init_process_group(
             f"{fn}: trying to initialize the default process group twice; expected one call"
         )
     label = check_backend(backend, fn)
-    timeout_seconds(timeout, fn)
+    seconds = timeout_seconds(timeout, fn)
     for name, value in (("init_method", init_method), ("group_name", group_name)):
         if value is not None and not isinstance(value, str):
             raise ArgumentTypeError(f"{fn}: {name} is {value!r}; expected a str or None")
@@ -122,6 +123,7 @@ def init_process_group(
     _check_given(fn, "rank", rank, me, "this process's MPI rank")
     _Explicit.world = world = init()
     world.backend = label
+    world.timeout = seconds
 
 
 class _Explicit:
@@ -315,7 +317,7 @@ def new_subgroups(
         group_size: Ranks per subgroup; it must divide the group size. ``None`` takes the ranks per
             node (torch takes the GPUs per node); every node must have as many.
         group: The group to cut; ``None`` for the world.
-        timeout: Accepted for torch compatibility and not used.
+        timeout: A ``timedelta`` or seconds: each subgroup's, as :func:`new_group` takes it.
         backend: ``None`` (the parent's) or any of torch's backend names (all run on MPI).
         pg_options: Accepted and not used.
         group_desc: Prefix of the subgroups' names.
@@ -335,7 +337,7 @@ def new_subgroups(
     fn = "new_subgroups"
     parent = resolve(group, fn)
     label = check_backend(backend, fn, parent.backend)
-    timeout_seconds(timeout, fn)
+    seconds = timeout_seconds(timeout, fn)
     size = len(parent.ranks)
     if group_size is None:
         group_size = _ranks_per_node(fn)
@@ -346,7 +348,7 @@ def new_subgroups(
             f"{fn}: group_size is {group_size}; expected a positive divisor of {size} (the group size)"
         )
     lists = [parent.ranks[i : i + group_size] for i in range(0, size, group_size)]
-    return _make(lists, group_desc or "subgroup", label)
+    return _make(lists, group_desc or "subgroup", label, seconds)
 
 
 def _ranks_per_node(fn: str) -> int:
@@ -374,7 +376,7 @@ def new_subgroups_by_enumeration(
 
     Args:
         ranks_per_subgroup_list: Disjoint lists of world ranks.
-        timeout: Accepted for torch compatibility and not used.
+        timeout: A ``timedelta`` or seconds: each subgroup's, as :func:`new_group` takes it.
         backend: ``None`` (the parent's) or any of torch's backend names (all run on MPI).
         pg_options: Accepted and not used.
         group_desc: Prefix of the subgroups' names.
@@ -394,7 +396,7 @@ def new_subgroups_by_enumeration(
     """
     fn = "new_subgroups_by_enumeration"
     label = check_backend(backend, fn, resolve(None, fn).backend)
-    timeout_seconds(timeout, fn)
+    seconds = timeout_seconds(timeout, fn)
     if not isinstance(ranks_per_subgroup_list, (list, tuple)) or not ranks_per_subgroup_list:
         raise ArgumentError(
             f"{fn}: ranks_per_subgroup_list is {ranks_per_subgroup_list!r}; "
@@ -411,12 +413,12 @@ def new_subgroups_by_enumeration(
                     "expected disjoint subgroups"
                 )
             seen[r] = i
-    return _make(lists, group_desc or "subgroup", label)
+    return _make(lists, group_desc or "subgroup", label, seconds)
 
 
 def _make(
-    lists: list[list[int]], prefix: str, backend: str
+    lists: list[list[int]], prefix: str, backend: str, timeout: float | None
 ) -> tuple[ProcessGroup | None, list[ProcessGroup]]:
-    every = [new_group(ranks, backend=backend, group_desc=f"{prefix}{i}") for i, ranks in enumerate(lists)]
+    every = [new_group(ranks, timeout, backend, group_desc=f"{prefix}{i}") for i, ranks in enumerate(lists)]
     mine = next((g for g in every if g.is_member), None)
     return mine, every

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -60,16 +62,20 @@ class Work:
         self._done = False
         self._error: BaseException | None = None
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
         """Block until the operation is complete and return True.
 
         Args:
-            timeout: Accepted for torch compatibility and ignored: an MPI operation cannot be
-                abandoned halfway. Use ``MPICOMM_VALIDATE`` to catch mismatched calls instead.
+            timeout: A ``timedelta`` or seconds: raise if the operation has not completed by then.
+                An MPI operation cannot be abandoned halfway: it stays posted (its arrays stay in
+                use) and a later ``wait`` can still complete it.
 
         Raises:
-            CommunicationError: MPI reported an error for this operation.
+            CommunicationError: MPI reported an error for this operation, or ``timeout`` passed
+                (a RuntimeError, as torch's).
         """
+        if timeout is not None and not self._done:
+            self._wait_until(timeout)
         if not self._done:
             try:
                 if self._status is not None:
@@ -82,6 +88,17 @@ class Work:
         if self._error is not None:
             raise self._error
         return True
+
+    def _wait_until(self, timeout: datetime.timedelta | float) -> None:
+        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+        deadline = time.monotonic() + seconds
+        while not self.is_completed():
+            if time.monotonic() > deadline:
+                raise CommunicationError(
+                    f"Work.wait: the operation did not complete within {seconds:g} s; expected every rank "
+                    "of its group to take part (Timed out; it stays posted, so its arrays stay in use)"
+                )
+            time.sleep(0.0005)
 
     def is_completed(self) -> bool:
         """Whether the operation has finished (never blocks)."""

@@ -148,5 +148,6 @@ def timed_barrier(g: ProcessGroup, seconds: float) -> None:
     if not wait_until([g.comm.Ibarrier()], time.monotonic() + seconds)[0]:
         raise CommunicationError(
             f"barrier: not every rank of group {g.name} entered within {seconds:g} s; expected all of them "
-            "(monitored_barrier names the missing ranks)"
+            f"(Timed out after {seconds:g} s; monitored_barrier names the missing ranks; the barrier stays "
+            "posted, so do not use this group again, as torch's group is closed after a timeout)"
         )

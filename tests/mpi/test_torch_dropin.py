@@ -4,6 +4,7 @@ a shared seed and checks its own result against numpy."""
 
 from __future__ import annotations
 
+import datetime
 import warnings
 
 import numpy as np
@@ -208,3 +209,40 @@ def test_sparse_all_reduce_sums_every_ranks_non_zeros(world, dense_dims):
 def test_mpicomm_names_are_exported(world):
     for name in ("Backend", "reduce_op", "all_reduce_coalesced", "all_gather_coalesced", "Future"):
         assert name in mpicomm.__all__ and hasattr(mpicomm, name)
+
+
+# ----------------------------------------------------------------------------- timeouts
+
+
+@pytest.mark.mpi(min_size=2)
+def test_new_group_timeout_bounds_its_barrier(world):
+    import time
+
+    g = dist.new_group(timeout=datetime.timedelta(seconds=0.3))
+    assert g.timeout == pytest.approx(0.3)
+    if world.rank() == 0:  # only rank 0 enters: it raises after the group's timeout
+        start = time.monotonic()
+        with pytest.raises(
+            RuntimeError, match=r"barrier: not every rank of group .* within 0\.3 s; .*Timed out"
+        ):
+            dist.barrier(g)
+        assert time.monotonic() - start >= 0.3
+    dist.destroy_process_group(g)  # a group that timed out is not used again
+    fine = dist.new_group(timeout=30)
+    dist.barrier(fine)  # everyone enters: no error
+    dist.destroy_process_group(fine)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_work_wait_timeout_raises_and_the_work_can_still_complete(world):
+    r = world.rank()
+    if r == 1:
+        got = torch.zeros(2)
+        work = dist.irecv(got, src=0)
+        with pytest.raises(RuntimeError, match=r"Work\.wait: the operation did not complete within 0\.2 s"):
+            work.wait(timeout=0.2)
+        dist.send(torch.ones(1), dst=0)  # now rank 0 sends
+        assert work.wait(timeout=datetime.timedelta(seconds=30)) and got.tolist() == [3.0, 3.0]
+    elif r == 0:
+        dist.recv(torch.zeros(1), src=1)  # waits until rank 1's wait has timed out
+        dist.send(torch.full((2,), 3.0), dst=1)

@@ -48,16 +48,10 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "refuses PRODUCT on complex tensors because it reduces their view_as_real pairs, where an "
         "element-wise product would be wrong. MAX, MIN and the bitwise ops raise ValueError as in torch"
     ),
-    "test_barrier_timeout_global": (
-        "timeouts are not enforced yet (issue 21, item 3): a barrier only rank 0 enters waits forever"
-    ),
-    "test_barrier_timeout_full_group": (
-        "timeouts are not enforced yet (issue 21, item 3): a barrier only rank 0 enters waits forever"
-    ),
 }
 
 #: Known differences that hang on mpicomm: not run there (each would cost a watchdog period).
-KNOWN_HANGS = frozenset({"test_barrier_timeout_global", "test_barrier_timeout_full_group"})
+KNOWN_HANGS: frozenset[str] = frozenset()
 
 
 def not_meaningful_here(name: str, source: str, label: str, ranks: int) -> str | None:
