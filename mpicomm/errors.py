@@ -15,6 +15,7 @@ __all__ = [
     "ArgumentTypeError",
     "CommunicationError",
     "CrossRankMismatchError",
+    "DtypeMismatchError",
     "GroupError",
     "MPIUnavailableError",
     "MpicommError",
@@ -41,6 +42,15 @@ class ReductionTypeError(ArgumentTypeError, ValueError):
 
     Also a ``ValueError``, the type torch.distributed raises for MAX, MIN, PRODUCT and the bitwise
     operators on complex tensors.
+    """
+
+
+class DtypeMismatchError(ArgumentTypeError, ValueError):
+    """Arrays of one call have different dtypes (an input and its output, or the entries of a list).
+
+    Both a ``TypeError`` and a ``ValueError``: torch raises TypeError for an output whose type is
+    not its input's (``all_gather_into_tensor``) and ValueError for a list of mixed dtypes
+    (``all_gather``, ``all_reduce_coalesced``).
     """
 
 

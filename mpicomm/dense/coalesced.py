@@ -17,7 +17,7 @@ from ..core.buffers import check_array, check_array_list, check_output, message
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work, completed
-from ..errors import ArgumentError
+from ..errors import ArgumentError, DtypeMismatchError
 from . import reductions
 
 __all__ = ["all_gather_coalesced", "all_reduce_coalesced"]
@@ -42,7 +42,7 @@ def _arrays(xs: object, fn: str, arg: str, output: bool) -> list[np.ndarray]:
     arrays = [check(x, fn, f"{arg}[{i}]") for i, x in enumerate(xs)]
     for i, a in enumerate(arrays):
         if _real(a.dtype) != _real(arrays[0].dtype):
-            raise ArgumentError(
+            raise DtypeMismatchError(
                 f"{fn}: {arg}[{i}] has dtype {a.dtype}; expected {arrays[0].dtype}, the dtype of {arg}[0] "
                 "(the arrays of one call share a dtype; a complex dtype mixes with its real one)"
             )

@@ -64,6 +64,14 @@ def test_all_reduce_coalesced_refuses_mixed_dtypes_and_complex_max_with_value_er
         dist.all_reduce_coalesced([torch.ones(2, dtype=torch.complex64)], dist.ReduceOp.MAX)
     with pytest.raises(ValueError, match=r"all_reduce: op ReduceOp\.BXOR on complex dtype complex128"):
         dist.all_reduce(np.ones(2, complex), dist.ReduceOp.BXOR)
+    # torch: ValueError for a list of mixed dtypes, TypeError for an output of another type
+    outs = [torch.ones(1) for _ in range(world.size())]
+    with pytest.raises(ValueError, match="all_gather: tensor_list has dtype float32; expected float64"):
+        dist.all_gather(outs, torch.ones(1, dtype=torch.float64))
+    with pytest.raises(
+        TypeError, match="all_gather_into_tensor: output_tensor has dtype float32; expected float64"
+    ):
+        dist.all_gather_into_tensor(torch.ones(world.size()), torch.ones(1, dtype=torch.float64))
 
 
 @pytest.mark.mpi(min_size=1)
