@@ -54,6 +54,11 @@ nitpick_ignore = [
         "mpicomm.jagged.keyed_ops._K",  # the type variable of KeyedJaggedArray's class methods
         "mpicomm.jagged.keyed_ops.KeyedOps",  # KeyedJaggedArray's private base class of torchrec methods
         "datetime.timedelta",
+        "mpicomm.front.door.F",
+        # the host classes under the public KeyedJaggedArray, KJTAllToAll and its awaitable
+        "mpicomm.jagged.keyed.KeyedJaggedArray",
+        "mpicomm.jagged.kjt.KJTAllToAll",
+        "mpicomm.jagged.kjt.KJTAllToAllAwaitable",  # front_door's type variable (the wrapped function's type)
     )
 ] + [("py:attr", "comm")]
 

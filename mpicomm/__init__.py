@@ -81,8 +81,9 @@ from .front.collectives import (
     send,
     sendrecv,
 )
+from .front.jagged import KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
 from .front.sparse import all_reduce
-from .jagged import JaggedArray, JaggedResult, KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
+from .jagged import JaggedArray, JaggedResult
 from .objects import (
     all_gather_object,
     broadcast_object_list,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import validation
+from ..core import fast, validation
 from ..core.buffers import (
     as_int_list,
     check_array,
@@ -147,6 +147,19 @@ def all_to_all_single(
         True
     """
     fn = "all_to_all_single"
+    w = fast.world(group, async_op)
+    if w is not None:
+        dt = fast.dt_out(output)
+        if dt is not None and fast.dt_in(input) is dt and not np.may_share_memory(output, input):
+            if output_split_sizes is None and input_split_sizes is None:
+                if output.shape == input.shape and output.ndim and input.shape[0] % w._size == 0:
+                    w.comm.Alltoall([input, dt], [output, dt])
+                    return None
+            else:
+                plan = _plan(output_split_sizes, input_split_sizes, output, input)
+                if plan is not None:
+                    w.comm.Alltoallv([input, plan[0], dt], [output, plan[1], dt])
+                    return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
@@ -177,6 +190,8 @@ def all_to_all_single(
     else:
         send = [sbuf, _counts(in_rows, sunit), sdt]
         recv = [rbuf, _counts(out_rows, runit), rdt]
+        if w is not None and fast.dt_out(output) is not None and fast.dt_in(input) is not None:
+            _remember(output_split_sizes, input_split_sizes, output, input, send[1], recv[1])
         if async_op:
             return Work([g.comm.Ialltoallv(send, recv)], keep=(send, recv), result=[out], finish=post)
         g.comm.Alltoallv(send, recv)
@@ -197,6 +212,37 @@ def _row(inp: np.ndarray, out: np.ndarray, fn: str) -> int:
             f"as input's rows (shape {inp.shape})"
         )
     return row_in
+
+
+#: Checked split sizes -> (send, receive) counts and displacements, for the fast path. Keyed by the
+#: split lists and both shapes (so row sizes), valid for the world group; bounded by clearing.
+_PLANS: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+_PLANS_MAX = 256
+
+
+def _key(out_splits: Any, in_splits: Any, out: np.ndarray, inp: np.ndarray) -> tuple[Any, ...] | None:
+    try:
+        key = (tuple(out_splits), tuple(in_splits), out.shape, inp.shape)
+        hash(key)
+    except TypeError:  # a None beside a list, or unhashable entries: the general path decides
+        return None
+    return key
+
+
+def _plan(out_splits: Any, in_splits: Any, out: np.ndarray, inp: np.ndarray) -> tuple[Any, Any] | None:
+    """The counts of an earlier call with the same splits and shapes that passed every check, or None."""
+    key = _key(out_splits, in_splits, out, inp)
+    return None if key is None else _PLANS.get(key)
+
+
+def _remember(
+    out_splits: Any, in_splits: Any, out: np.ndarray, inp: np.ndarray, send: Any, recv: Any
+) -> None:
+    key = _key(out_splits, in_splits, out, inp)
+    if key is not None:
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = (send, recv)
 
 
 def _unsplit(sizes: Sequence[int] | None) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..core import validation
+from ..core import fast, validation
 from ..core.buffers import (
     address,
     check_array,
@@ -30,6 +30,7 @@ from ..core.buffers import (
 from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError
+from . import small
 from .exchange import ALL_GATHER, GATHER, SCATTER, copy_own, exchange, finish
 
 __all__ = ["all_gather", "all_gather_into_tensor", "all_gather_single", "gather", "scatter"]
@@ -79,6 +80,9 @@ def all_gather(
         True
     """
     fn = "all_gather"
+    w = fast.world(group, async_op)
+    if w is not None and small.all_gather(w, tensor_list, tensor):
+        return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
@@ -92,6 +96,9 @@ def all_gather(
         validation.check(
             g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size(), [o.size for o in outs]
         )
+    if small.small([o.size for o in outs], tensor.itemsize):
+        work: Work | None = small.gather_small(g.comm, outs, tensor, datatype(tensor.dtype), async_op)
+        return work
     me = g.rank()
     peers = [p for p in range(g.size()) if p != me]
     posts: list[Any] = []
@@ -149,6 +156,17 @@ def all_gather_into_tensor(
         [1.0, 2.0]
     """
     fn = "all_gather_into_tensor"
+    w = fast.world(group, async_op)
+    if w is not None:
+        dt = fast.dt_out(output_tensor)
+        if (
+            dt is not None
+            and fast.dt_in(input_tensor) is dt
+            and output_tensor.size == w._size * input_tensor.size
+            and not np.may_share_memory(output_tensor, input_tensor)
+        ):
+            w.comm.Allgather([input_tensor, dt], [output_tensor, dt])
+            return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _mpi
+from ..core import fast
 from ..core.buffers import check_array, check_disjoint, check_output, message, recv_message
 from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
 from ..core.work import Work
@@ -82,6 +83,12 @@ def send(
         ...     x = np.empty(3); _ = mpicomm.recv(x, src=0)
     """
     fn = "send"
+    w = fast.world(group, False)
+    if w is not None and group_dst is None and type(dst) is int and type(tag) is int:
+        dt = fast.dt_in(tensor)
+        if dt is not None and 0 <= dst < w._size and dst != w._rank and 0 <= tag <= fast.TAG_UB_MIN:
+            w.comm.Send([tensor, dt], dst, tag)
+            return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
@@ -127,6 +134,12 @@ def recv(
         1
     """
     fn = "recv"
+    w = fast.world(group, False)
+    if w is not None and group_src is None and type(src) is int and type(tag) is int:
+        dt = fast.dt_out(tensor)
+        if dt is not None and 0 <= src < w._size and src != w._rank and 0 <= tag <= fast.TAG_UB_MIN:
+            w.comm.Recv([tensor, dt], src, tag)
+            return src
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..core import validation
+from ..core import fast, validation
 from ..core.buffers import (
     check_array,
     check_array_list,
@@ -36,7 +36,8 @@ from ..core.calls import collective
 from ..core.groups import ProcessGroup, _State, resolve, root_rank, timeout_seconds, warn_non_member
 from ..core.reduce_op import ReduceOp, average, is_half, premultiply
 from ..core.work import Work
-from ..errors import ArgumentError, ArgumentTypeError, CommunicationError
+from ..errors import ArgumentError, ArgumentTypeError
+from . import small
 from .exchange import REDUCE_SCATTER, exchange
 from .gathers import _check_own_size
 from .half import reduce_wide
@@ -124,11 +125,9 @@ def all_reduce(
         if async_op:
             return Work([comm.Iallreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)], keep=tensor, result=[tensor])
         comm.Allreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)
-    except BufferError:
+    except BufferError:  # a read-only array: the message that names the argument
         check_output(tensor, "all_reduce", "tensor")
         raise
-    except _mpi.MPI.Exception as exc:  # the fast path skips @collective, which does this elsewhere
-        raise CommunicationError(f"all_reduce: MPI reported an error: {exc}") from exc
     return None
 
 
@@ -277,6 +276,12 @@ def broadcast(
         [0.0, 1.0, 2.0]
     """
     fn = "broadcast"
+    w = fast.world(group, async_op)
+    if w is not None and group_src is None and (src is None or (type(src) is int and 0 <= src < w._size)):
+        dt = fast.dt_out(tensor)
+        if dt is not None:
+            w.comm.Bcast([tensor, dt], src or 0)
+            return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
@@ -387,6 +392,9 @@ def reduce_scatter(
         True
     """
     fn = "reduce_scatter"
+    w = fast.world(group, async_op)
+    if w is not None and small.reduce_scatter(w, output, input_list, op):
+        return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
@@ -405,6 +413,9 @@ def reduce_scatter(
     counts = [a.size for a in ins]
     if validation._Flag.on:
         validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype)}, counts, [out.size] * g.size())
+    if op._plain and small.small(counts, out.itemsize):
+        work: Work | None = small.reduce_scatter_small(g.comm, out, ins, datatype(out.dtype), mop, async_op)
+        return work
     return _reduce_scatter_pairwise(out, ins, op, mop, g, async_op)
 
 
@@ -490,6 +501,17 @@ def reduce_scatter_tensor(
         True
     """
     fn = "reduce_scatter_tensor"
+    w = fast.world(group, async_op)
+    if w is not None and type(op) is ReduceOp and op._plain and fast.dt_in(input) is not None:
+        pair = op._ops.get(input.dtype)
+        if (
+            pair is not None
+            and fast.dt_out(output) is pair[0]
+            and input.size == w._size * output.size
+            and not np.may_share_memory(output, input)
+        ):
+            w.comm.Reduce_scatter_block([input, pair[0]], [output, pair[0]], pair[1])
+            return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)

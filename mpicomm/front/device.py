@@ -5,11 +5,11 @@ objects already viewed as the GPU backend's arrays by :mod:`mpicomm.front.kinds`
 arrays on one side, device ones on the current device), then takes one path:
 
 * **direct**: the MPI is CUDA-aware (:func:`~mpicomm.gpu.cuda_aware.cuda_awareness`), the call is
-  blocking, and it is a data-movement call with a direct implementation (:mod:`mpicomm.gpu.direct`);
+  blocking, and it is a data-movement call with a direct implementation (``mpicomm.gpu.direct``);
   device pointers go to MPI after the caller's current stream is synchronised.
 * **staged**: everything else; through pinned host buffers around the host implementation
-  (:mod:`mpicomm.gpu.staged`), or the chunked pipeline for large element-wise reductions
-  (:mod:`mpicomm.gpu.pipeline`).
+  (``mpicomm.gpu.staged``), or the chunked pipeline for large element-wise reductions
+  (``mpicomm.gpu.pipeline``).
 
 The path each call took is counted in :data:`PATHS` (for tests and ``info``).
 """

@@ -1,7 +1,7 @@
 """The front door: the one wrapper between a public call that takes arrays and the data path it takes.
 
-:func:`front_door` wraps a host (numpy) implementation from :mod:`mpicomm.dense` or
-:mod:`mpicomm.jagged` once, at import. Each call then does, in one Python frame:
+:func:`front_door` wraps a host (numpy) implementation from ``mpicomm.dense`` or
+``mpicomm.jagged`` once, at import. Each call then does, in one Python frame:
 
 1. **Recognise** the kind of every array argument (:mod:`mpicomm.front.kinds`): one dictionary
    lookup per argument. A call whose arrays are all numpy goes straight to the host code.
@@ -15,7 +15,7 @@
    own arrays, not the views.
 5. **Fail alike**: an error MPI reports becomes a :class:`~mpicomm.CommunicationError` naming the
    call; with validation mode on, a mistake seen on one rank is sent into the validation exchange
-   so that every rank raises it (:mod:`mpicomm.core.calls`); ``async_op`` must be a bool.
+   so that every rank raises it (``mpicomm.core.calls``); ``async_op`` must be a bool.
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ def front_door(
 ) -> Callable[[F], F]:
     """Make ``host`` the public call ``fn``, taking every array kind in the arguments of ``roles``.
 
-    The wrapper is generated with ``host``'s own parameters (as :mod:`dataclasses` generates
+    The wrapper is generated with ``host``'s own parameters (as ``dataclasses`` generates
     ``__init__``), so that a numpy call costs one function call, one dictionary lookup per array
     argument and a ``try``: about 0.15 us, where a generic ``*args, **kwargs`` wrapper cost 0.4 us.
 
     Args:
         fn: The public name, for messages.
-        roles: Argument name -> :data:`READ`, :data:`WRITE` or :data:`BOTH`; a list argument's
+        roles: Argument name -> ``READ``, ``WRITE`` or ``BOTH``; a list argument's
             arrays all take the role.
         direct: The device implementation for CUDA-aware MPIs (same signature); it returns
             ``NotImplemented`` where it cannot serve a call, which is then staged.
@@ -135,6 +135,7 @@ class _Plan:
             "_get": _KINDS.get,
             "_PLAIN": _PLAIN_SCALAR,
             "_TORCH": kinds.TORCH,
+            "_LIST": kinds.LIST,
             "_all_numpy": _all_numpy,
         }
         arrays = [name for _, name, _ in self.slots]
@@ -154,8 +155,18 @@ class _Plan:
             passes.append(f"{name}={name}" if keyword else name)
             torch_passes.append(f"{name}={viewed}" if keyword else viewed)
         flag = ["(async_op is False or async_op is True)"] if self.flag >= 0 else []
-        numpy_test = " and ".join([f"(_get(type({a})) in _PLAIN or _all_numpy({a}))" for a in arrays] + flag)
-        torch_test = " and ".join([f"_get(type({a})) is _TORCH" for a in arrays] + flag)
+        numpy_test = " and ".join(
+            [
+                f"((_k_{a} := _get(type({a}))) in _PLAIN or (_k_{a} is _LIST and _all_numpy({a})))"
+                for a in arrays
+            ]
+            + flag
+        )
+        # only the first argument's kind is surely bound here (the numpy test may stop after it)
+        torch_test = " and ".join(
+            [f"_k_{a} is _TORCH" if i == 0 else f"_get(type({a})) is _TORCH" for i, a in enumerate(arrays)]
+            + flag
+        )
         values = f"[{', '.join(self.names)}]"
         seen = ", ".join(f"id(_v_{a}): {a}" for a in arrays)
         lines = [

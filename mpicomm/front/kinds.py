@@ -5,18 +5,18 @@ a kind is recognised by its type (its module, its class hierarchy, the array pro
 once per type, so numpy users pay one dictionary lookup per argument. The data paths below the front
 door see only two kinds: numpy arrays (host) and the GPU backend's arrays (cupy, device).
 
-======================================  ===============  =============================================
-caller's array                          kind             what the data paths get
-======================================  ===============  =============================================
-``numpy.ndarray``                       ``numpy``        the array itself
-torch CPU tensor                        ``torch``        a zero-copy numpy view (``bfloat16`` through
-                                                         ``ml_dtypes``)
-torch CUDA tensor                       ``torch``        a zero-copy device array (the GPU backend's)
-cupy array                              ``cupy``         the array itself
-object with ``__cuda_array_interface__``  ``cuda``       a zero-copy device array
-object with ``__array_interface__``     ``host``         a zero-copy numpy view (``numpy.asarray``)
-object with ``__dlpack__`` only         ``dlpack``       a numpy view (CPU) or device array (CUDA)
-======================================  ===============  =============================================
+=========================================  ==========  ==========================================
+caller's array                             kind        what the data paths get
+=========================================  ==========  ==========================================
+``numpy.ndarray``                          ``numpy``   the array itself
+torch CPU tensor                           ``torch``   a zero-copy numpy view (``bfloat16``
+                                                       through ``ml_dtypes``)
+torch CUDA tensor                          ``torch``   a zero-copy device array (the backend's)
+cupy array                                 ``cupy``    the array itself
+object with ``__cuda_array_interface__``   ``cuda``    a zero-copy device array
+object with ``__array_interface__``        ``host``    a zero-copy numpy view (``numpy.asarray``)
+object with ``__dlpack__`` only            ``dlpack``  a numpy view (CPU) or device array (CUDA)
+=========================================  ==========  ==========================================
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _classify(cls: type) -> str:
 
 
 def kind_of(x: object) -> str:
-    """The kind of ``x``, one of the module's constants (:data:`OTHER` for a non-array).
+    """The kind of ``x``, one of the module's constants (``OTHER`` for a non-array).
 
     Example:
         >>> import numpy as np

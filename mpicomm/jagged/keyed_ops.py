@@ -111,7 +111,8 @@ class KeyedOps:
             spk = [sum(r) for r in vbe] if vbe is not None else [self._stride] * len(self._keys)
             ends = np.zeros(len(spk) + 1, dtype=np.int64)
             np.cumsum(spk, out=ends[1:])
-            opk = self.offsets()[ends].astype(np.int64).tolist()
+            # KeyedOps.offsets: numpy, also under mpicomm.KeyedJaggedArray (which answers in torch)
+            opk = KeyedOps.offsets(self)[ends].astype(np.int64).tolist()
             lpk = np.diff(opk).tolist()
             self._per_key = (spk, lpk, opk)
         return self._per_key

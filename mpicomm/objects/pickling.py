@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import datetime
 import importlib.util
+import io
 import os
 import pickle
 import sys
@@ -34,6 +35,7 @@ from ..errors import (
     ObjectCollectiveError,
     UnpicklingRefusedError,
 )
+from .tensors import reduce_tensor
 from .unpickler import _ALLOWED, _Reader, _SafeUnpickler
 
 __all__ = [
@@ -78,8 +80,16 @@ def dumps(obj: object) -> tuple[bytes, list[memoryview]]:
         buffers.append(raw)
         return False
 
-    stream = pickle.dumps(obj, protocol=5, buffer_callback=keep)
-    return stream, buffers
+    out = io.BytesIO()
+    _Pickler(out, protocol=5, buffer_callback=keep).dump(obj)
+    return out.getvalue(), buffers
+
+
+class _Pickler(pickle.Pickler):
+    """Protocol 5 with dense CPU torch tensors reduced to numpy arrays (:mod:`mpicomm.objects.tensors`)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        return reduce_tensor(obj)
 
 
 def loads(stream: Any, buffers: Iterable[Any] = (), safe: bool | None = None) -> Any:

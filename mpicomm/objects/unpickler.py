@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import UnpicklingRefusedError
+from . import tensors
 
 __all__ = ["MAX_CALL_ITEMS", "MAX_DEPTH", "MAX_DIGITS", "allowed"]
 
@@ -87,6 +88,7 @@ _ALLOWED: set[tuple[str, str]] = (
     | _numpy_names()
     | {("collections", n) for n in ("OrderedDict", "Counter", "deque", "defaultdict")}
     | {("datetime", n) for n in ("date", "datetime", "time", "timedelta", "timezone")}
+    | {("mpicomm.objects.tensors", "from_numpy")}
 )
 
 
@@ -417,9 +419,21 @@ def _scalar(u: _SafeUnpickler, func: Any, dtype: object, data: object = None) ->
     return func(dtype, data)
 
 
+def _tensor(u: _SafeUnpickler, func: Any, *args: object) -> Any:
+    try:
+        tensors.check(*args)
+    except TypeError as exc:
+        raise _refuse(str(exc)) from None
+    return func(*args)
+
+
 def _numpy_calls() -> dict[int, tuple[Any, Any]]:
-    """The rebuilding callables of numpy (under the numpy 1 and numpy 2 module names) and their checks."""
+    """The rebuilding callables of numpy (under the numpy 1 and numpy 2 module names) and their checks.
+
+    Also mpicomm's own rebuilding of a torch tensor over a numpy array (:mod:`mpicomm.objects.tensors`).
+    """
     out: dict[int, tuple[Any, Any]] = {id(np.dtype): (np.dtype, _new_dtype)}
+    out[id(tensors.from_numpy)] = (tensors.from_numpy, _tensor)
     checks = {("multiarray", "_reconstruct"): _reconstruct, ("multiarray", "scalar"): _scalar}
     checks[("numeric", "_frombuffer")] = _frombuffer
     for core in ("numpy._core", "numpy.core"):

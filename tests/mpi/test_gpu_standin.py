@@ -187,3 +187,20 @@ def test_jagged_all_to_all_returns_device_arrays(be: LazyBackend) -> None:
     want = np.concatenate([np.arange(2 * r, 2 * r + 2, dtype=np.float32) + 100 * s for s in range(n)])
     np.testing.assert_array_equal(res.values.get(), want)
     assert res.splits == [1] * n
+
+
+def test_a_foreign_device_array_is_viewed_without_a_copy_and_written_in_place(be: LazyBackend) -> None:
+    """A torch CUDA tensor's stand-in: only ``__cuda_array_interface__``, over host memory here."""
+    from standin import ForeignDeviceArray
+
+    r, n = world()
+    x = inputs(n, 5)
+    memory = x[r].copy()
+    mpicomm.all_reduce(ForeignDeviceArray(memory))
+    np.testing.assert_array_equal(memory, x.sum(axis=0))  # the caller's own memory was written
+    assert front.PATHS["all_reduce", "staged"] == 1
+    out = np.zeros(5 * n)
+    mpicomm.all_gather_into_tensor(ForeignDeviceArray(out), ForeignDeviceArray(x[r].copy()))
+    np.testing.assert_array_equal(out, x.reshape(-1))
+    with pytest.raises(ArgumentTypeError, match="device array and"):
+        mpicomm.all_gather_into_tensor(np.zeros(5 * n), ForeignDeviceArray(x[r].copy()))

@@ -4,8 +4,8 @@ overrides, both output labels, and the regression test of the multi-node start-u
 The hang (docs/jobs.rst, "When a job hangs"): Slurm's pmi2 plugin reads a PMI-1 request in one 1024-byte
 read, and the MPICH wheel's address exchange sends requests of up to ~1100 bytes on 2+ nodes, their length
 set by heap bytes, so by the environment. Under ``auto`` the wheel runs under its own mpiexec, which reads
-whole lines; the regression test pads the environment until requests cross 1024 bytes and checks that
-every such job starts cleanly.
+whole lines; the regression test starts the padded two-node demo many times under ``auto`` and checks
+that every start is clean (whether a request crossed 1024 bytes is measured, not guaranteed: see there).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from slurmjob import JOB_DIR, REPO, Job, job_env, render, submit
+from slurmjob import REPO, Job, job_env, render, submit
 
 from mpicomm.planner import JobShape
 
@@ -94,43 +94,46 @@ def test_mpiexec_override_labels_ranks_in_brackets(tmp_path: Path) -> None:
 
 # --- the regression test of the hang ------------------------------------------------------------------
 
-#: Lengths of an environment variable that move the heap so that the wheel's segmented address puts cross
-#: 1024 bytes. Found with PMI_DEBUG=1 on the CI machine from an interactive shell's environment (584-628 gave
-#: requests of 1024-1098 bytes); the environment pytest passes moves the window, and a run that reaches no
-#: request over 1024 bytes says so in a warning. Tried in this order until CROSSINGS jobs crossed.
-PADDINGS = (584, 592, 600, 608, 616, 624, 576, 568, 632, 640)
-CROSSINGS = 3
-MOST_JOBS = 4
-_PUT = re.compile(r"send to fd=\d+ pmi: (cmd=put .*)")
+SWEEP = Path(__file__).resolve().parent / "pad_sweep.py"
+SWEEP_SECONDS = 40
+_START = re.compile(r"^start (\d+) padding (\d+) rc (-?\d+) longest (\d+)$", re.MULTILINE)
 
 
-def _longest_put(text: str) -> int:
-    """The longest PMI-1 ``put`` request (with its newline) that PMI_DEBUG=1 printed."""
-    return max((len(m.group(1)) + 1 for m in _PUT.finditer(text)), default=0)
+def test_two_node_wheel_jobs_with_pmi_requests_near_1024_bytes_start_cleanly_under_auto(
+    tmp_path: Path,
+) -> None:
+    """One two-node allocation starts jobs/demo.sbatch (2 x 4 ranks, launcher auto) again and again with
+    MPICOMM_PAD of several lengths (pad_sweep.py: each padding once, then the ones whose PMI-1 requests came
+    longest, for SWEEP_SECONDS or until 3 starts crossed 1024 bytes).
 
-
-def _padded_env(padding: int) -> dict[str, str]:
-    """The test jobs' environment with ``MPICOMM_PAD`` of ``padding`` bytes, and PMI_DEBUG=1."""
-    return job_env({"PMI_DEBUG": "1", "MPICOMM_PAD": "X" * padding})
-
-
-def test_two_node_wheel_jobs_with_pmi_requests_over_1024_bytes_start_cleanly_under_auto() -> None:
-    script = REPO / "jobs" / "demo.sbatch"  # 2 nodes x 4 ranks, the README's example
-    longest: dict[int, int] = {}
-    for padding in PADDINGS[:MOST_JOBS]:
-        job = submit(script, ["--partition", "two", "--time=2"], env=_padded_env(padding))
-        assert job.launcher().startswith("mpiexec (auto: "), job.describe()
-        _check(job, 8, 2)
-        assert "all checks passed" in job.text and "FAILED" not in job.text, job.describe()
-        longest[padding] = _longest_put(job.text)
-        if sum(n > 1024 for n in longest.values()) >= CROSSINGS:
-            break
-    if not any(n > 1024 for n in longest.values()):
-        # Not a failure of the launcher (every job started), but this run did not reach the hang's
-        # condition: say so in the test summary instead of passing quietly.
+    Proven, always: every start chose mpiexec under auto, ran all 8 ranks on both nodes and passed the
+    demo's checks, and PMI_DEBUG=1 showed the longest request of each start. Not guaranteed: a request
+    over 1024 bytes, the hang's trigger under srun --mpi=pmi2. The requests' length is set by heap bytes
+    that the environment moves chaotically (on the CI machine most paddings give 750-1000 bytes, a few
+    1014-1030, ASLR adds ~15 bytes of noise), so a run that reaches no crossing says so in a warning.
+    """
+    script = tmp_path / "sweep.sbatch"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --time=2\n"
+        f'cd {REPO}\nexec "$MPICOMM_PYTHON" {SWEEP} {tmp_path} {SWEEP_SECONDS}\n'
+    )
+    job = submit(script, ["--partition", "two", "--job-name=pad-sweep"], env=job_env())
+    assert job.state == "COMPLETED" and job.exit_code == 0, job.describe()
+    starts = [tuple(int(x) for x in m.groups()) for m in _START.finditer(job.text)]
+    assert len(starts) >= 5, job.describe()
+    for start, padding, rc, _ in starts:
+        out = (tmp_path / f"start-{start}.out").read_text(errors="replace")
+        what = f"start {start} (MPICOMM_PAD of {padding} bytes) in job {job.job_id}:\n{out}"
+        assert rc == 0 and "all checks passed" in out and "FAILED" not in out, what
+        assert re.search(r"^mpicomm: launcher mpiexec \(auto: ", out, re.MULTILINE), what
+    seen = job.ranks()  # the rank probe of the last start
+    assert sorted(seen) == list(range(8)) and len({w[3] for w in seen.values()}) == 2, job.describe()
+    longest = {(padding, start): n for start, padding, _, n in starts}
+    crossed = {key: n for key, n in longest.items() if n > 1024}
+    print(f"longest PMI-1 put per (padding, start), all started cleanly: {longest}; over 1024: {crossed}")
+    if not crossed:
         warnings.warn(
-            f"no padding made a PMI request cross 1024 bytes (longest per padding: {longest}); the hang's "
-            f"condition was not reached: pick PADDINGS anew with PMI_DEBUG=1 (job outputs in {JOB_DIR})",
+            f"no start's PMI request crossed 1024 bytes (longest {max(longest.values())} in {len(starts)} "
+            f"starts): the hang's trigger was not reached this run",
             stacklevel=1,
         )
-    print(f"longest PMI-1 put per padding, all started cleanly: {longest}")

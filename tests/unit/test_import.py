@@ -52,6 +52,17 @@ def test_import_does_not_load_mpi() -> None:
     assert got == {"mpi": False, "init": False, "validation": False, "hooked": False}
 
 
+def test_import_loads_neither_torch_nor_cupy() -> None:
+    got = python("""
+        import json, sys
+        import numpy as np
+        import mpicomm
+        mpicomm.all_reduce(np.ones(2))  # a numpy call recognises its kind without them too
+        print(json.dumps({"torch": "torch" in sys.modules, "cupy": "cupy" in sys.modules}))
+    """)
+    assert got == {"torch": False, "cupy": False}
+
+
 def test_importing_every_submodule_does_not_load_mpi() -> None:
     names = sorted(
         m.name for m in pkgutil.walk_packages(mpicomm.__path__, "mpicomm.") if not m.name.endswith("__main__")

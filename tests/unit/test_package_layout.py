@@ -23,7 +23,8 @@ ALLOWED = {
     "dense": {"core"},
     "jagged": {"core"},
     "objects": {"core", "dense"},
-    "gpu": {"core", "dense", "jagged"},
+    "gpu": {"core", "dense"},
+    "front": {"core", "dense", "jagged", "objects", "gpu"},
     "planner": set(),
     "apps": {"*"},
 }
@@ -116,6 +117,74 @@ def test_no_import_cycle_between_modules() -> None:
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The mpicomm modules ``path`` imports when it runs, at any depth (``if TYPE_CHECKING:`` left out)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            mod = ".".join(base + ([node.module] if node.module else []))
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mpicomm"):
+            found.add(str(node.module))
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("mpicomm"))
+    return found
+
+
+def test_no_import_cycle_hidden_in_functions() -> None:
+    """Imports at any depth (a function-level import too) form no cycle between folders' modules."""
+    graph = {_module_name(p): _runtime_imports(p) for p in SOURCES}
+    graph = {
+        m: {d for d in ds if d in graph and not m.startswith(d + ".") and d != "mpicomm"}
+        for m, ds in graph.items()
+    }
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                pytest.fail("import cycle: " + " -> ".join([*path[path.index(d) :], d]))
+            if d not in state:
+                visit(d, [*path, d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_the_public_array_calls_are_the_front_doors_and_none_is_defined_under_gpu() -> None:
+    import inspect
+
+    import mpicomm.front.collectives as front
+
+    for name in front.__all__:
+        assert getattr(mpicomm, name) is getattr(front, name), name
+    for name in mpicomm.__all__:
+        obj = getattr(mpicomm, name)
+        if not callable(obj):
+            continue
+        assert not str(getattr(obj, "__module__", "")).startswith("mpicomm.gpu"), name
+        target = inspect.unwrap(obj) if inspect.isfunction(obj) else obj
+        source = inspect.getsourcefile(target) or ""
+        assert "/mpicomm/gpu/" not in source.replace("\\", "/"), f"{name} is defined in {source}"
 
 
 #: Every name that ``mpicomm`` and ``mpicomm.planner`` exported before the layout change (issue 11),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -138,3 +138,43 @@ def _send_recv(e: Env, c: int, who: str, m: Buffers) -> Contender:
         second()
 
     return (trip if e.rank < 2 else _noop), [x]
+
+
+def _torch_or_numpy(x: np.ndarray, who: str) -> tuple[Any, np.ndarray]:
+    """``x`` as the contender ``who`` passes it: a torch tensor over the same memory, or ``x`` itself."""
+    if who != "torch":
+        return x, x
+    import torch  # only when the torch comparisons run; mpicomm itself never imports torch
+
+    return torch.from_numpy(x), x
+
+
+def _all_reduce_kinds(e: Env, c: int, who: str, m: Buffers) -> Contender:
+    """all_reduce on a torch CPU tensor against the same call on a numpy array (the front door's cost)."""
+    t, x = _torch_or_numpy(m.take(f"x{who}", c, partial(_data, c, e.rank)), who)
+    return partial(mpicomm.all_reduce, t), [x]
+
+
+def _all_to_all_kinds(e: Env, c: int, who: str, m: Buffers) -> Contender:
+    """all_to_all_single with split sizes on torch CPU tensors against the same call on numpy arrays."""
+    counts = split_counts(c, e.n)
+    sends, recvs = counts[e.rank].tolist(), counts[:, e.rank].tolist()
+    inp, _ = _torch_or_numpy(m.take(f"in{who}", c, partial(_data, c, e.rank)), who)
+    out, host = _torch_or_numpy(m.take(f"out{who}", sum(recvs)), who)
+    return partial(mpicomm.all_to_all_single, out, inp, recvs, sends), [host]
+
+
+def _validated(e: Env, c: int, who: str, m: Buffers) -> Contender:
+    """all_reduce with validation mode on (one small exchange per call) against validation off."""
+    x = m.take("x", c, partial(_data, c, e.rank))
+    if who == "numpy":
+        return partial(mpicomm.all_reduce, x), [x]
+
+    def checked() -> None:
+        mpicomm.set_validation(True)
+        try:
+            mpicomm.all_reduce(x)
+        finally:
+            mpicomm.set_validation(False)
+
+    return checked, [x]

@@ -1,0 +1,67 @@
+"""The tests that let a common call skip the general checks: numpy C-contiguous arrays on the world group.
+
+A collective's *fast path* serves the call torch users make most: blocking, on the world group,
+validation off, C-contiguous numpy arrays of a dtype already seen (its MPI datatype cached). Every
+test here is a few attribute reads; a call that fails any of them takes the general path, which
+checks everything and raises the messages. The fast path never accepts a call the general path
+would refuse: what it does not test itself (sizes, ranks, overlap), each collective tests before
+its one MPI call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import validation
+from .buffers import _DATATYPES
+from .groups import ProcessGroup, _State
+
+__all__ = ["TAG_UB_MIN", "dt_in", "dt_out", "world"]
+
+#: MPI guarantees tags up to 32767 on every implementation (``MPI_TAG_UB`` is at least that).
+TAG_UB_MIN = 32767
+
+_Flag = validation._Flag
+
+
+def world(group: ProcessGroup | None, async_op: bool) -> ProcessGroup | None:
+    """The world group if a call on ``group`` may take the fast path, else None.
+
+    Example:
+        >>> import mpicomm
+        >>> world(None, async_op=True) is None  # asynchronous calls take the general path
+        True
+    """
+    if group is None and async_op is False and not _Flag.on:
+        return _State.world
+    return None
+
+
+def dt_in(x: Any) -> Any:
+    """The cached MPI datatype of ``x`` if it is a C-contiguous numpy array, else None.
+
+    Example:
+        >>> dt_in([1.0]) is None
+        True
+    """
+    if type(x) is np.ndarray and x.flags.c_contiguous:
+        return _DATATYPES.get(x.dtype)
+    return None
+
+
+def dt_out(x: Any) -> Any:
+    """Like :func:`dt_in`, for an output: also writeable.
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.zeros(2); a.flags.writeable = False
+        >>> dt_out(a) is None
+        True
+    """
+    if type(x) is np.ndarray:
+        flags = x.flags
+        if flags.c_contiguous and flags.writeable:
+            return _DATATYPES.get(x.dtype)
+    return None

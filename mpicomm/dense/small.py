@@ -1,0 +1,147 @@
+"""Small equal entries of ``all_gather`` and ``reduce_scatter``: one MPI collective through a temporary.
+
+The list forms move each rank's entry straight between list entries with point-to-point messages,
+which costs no copy and matches the one-array collective from 64 KiB up. Below that, the fixed cost
+of W messages dominates, so a call whose entries all have one size of at most :data:`SMALL` bytes
+packs into one temporary, makes the single MPI call and copies out.
+
+Every rank must choose the same algorithm, so the choice depends only on what every rank of a
+correct call sees alike: the entry sizes (an ``all_gather``'s list holds every rank's size, as a
+``reduce_scatter``'s inputs do) and the dtype. How a rank gets there is its own business:
+``all_gather`` and ``reduce_scatter`` serve a common call (world group, blocking,
+validation off, C-contiguous numpy entries that share no memory) before any other check and return
+False for every other call; the general path checks it and then calls ``gather_small`` or
+``reduce_scatter_small`` when :func:`small` says so, whatever the layouts. ``gather``,
+``scatter`` and ``all_to_all`` have no such path: a rank there does not see the other ranks' sizes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core import fast
+from ..core.buffers import staged
+from ..core.groups import ProcessGroup
+from ..core.reduce_op import ReduceOp
+from ..core.work import Work
+
+__all__ = ["SMALL", "all_gather", "gather_small", "reduce_scatter", "reduce_scatter_small", "small"]
+
+#: Bytes per entry up to which a list form goes through one collective and a temporary.
+SMALL = 64 << 10
+
+
+def _owner(x: np.ndarray) -> Any:
+    """The array that owns ``x``'s memory (numpy collapses a view's base to the owner), or None."""
+    base = x.base
+    if base is None:
+        return x
+    return base if type(base) is np.ndarray and base.base is None else None
+
+
+def _entries(xs: Any, size: int, dt: Any, write: bool) -> list[np.ndarray] | None:
+    """``xs`` if it is a list of ``size`` plain arrays of datatype ``dt`` (writeable if ``write``)."""
+    if type(xs) is not list or len(xs) != size:
+        return None
+    test = fast.dt_out if write else fast.dt_in
+    for x in xs:
+        if test(x) is not dt or x.nbytes > SMALL:
+            return None
+    return xs
+
+
+def _apart(outs: list[np.ndarray], ins: list[np.ndarray], same_ok: int = -1) -> bool:
+    """Whether no output shares an owner with another output or an input (``same_ok``: own slot)."""
+    owners = [_owner(o) for o in outs]
+    if any(o is None for o in owners):
+        return False
+    seen = {id(o) for o in owners}
+    if len(seen) != len(owners):
+        return False
+    for j, x in enumerate(ins):
+        owner = _owner(x)
+        if owner is None or (id(owner) in seen and not (j == same_ok and x is outs[j])):
+            return False
+    return True
+
+
+def _copy_out(outs: list[np.ndarray], tmp: np.ndarray, counts: list[int]) -> None:
+    start = 0
+    for o, n in zip(outs, counts, strict=True):
+        o[...] = tmp[start : start + n].reshape(o.shape)
+        start += n
+
+
+def small(sizes: list[int], itemsize: int) -> bool:
+    """Whether entries of these element counts go through one collective (one size, at most SMALL bytes).
+
+    Example:
+        >>> small([4, 4], 8), small([4, 5], 8), small([1 << 20] * 2, 8)
+        (True, False, False)
+    """
+    return bool(sizes) and all(n == sizes[0] for n in sizes) and sizes[0] * itemsize <= SMALL
+
+
+def all_gather(w: ProcessGroup, outs: Any, x: Any) -> bool:
+    """Serve a common ``all_gather`` (see the module), or return False."""
+    dt = fast.dt_in(x)
+    if dt is None or x.nbytes > SMALL or _entries(outs, w._size, dt, write=True) is None:
+        return False
+    if any(o.size != x.size for o in outs) or not _apart(outs, [x]):
+        return False
+    gather_small(w.comm, outs, x, dt)
+    return True
+
+
+def gather_small(comm: Any, outs: list[np.ndarray], x: np.ndarray, dt: Any, async_op: bool = False) -> Any:
+    """``Allgather`` of ``x`` (any layout) into a temporary, copied out into ``outs``.
+
+    Returns:
+        None, or a :class:`~mpicomm.Work` if ``async_op`` (it copies out when it completes).
+    """
+    n = x.size
+    tmp = np.empty(len(outs) * n, x.dtype)
+    send = np.ascontiguousarray(x)
+    if async_op:
+        req = comm.Iallgather([send, dt], [tmp, dt])
+        return Work(
+            [req], keep=(send, tmp), result=outs, finish=lambda: _copy_out(outs, tmp, [n] * len(outs))
+        )
+    comm.Allgather([send, dt], [tmp, dt])
+    _copy_out(outs, tmp, [n] * len(outs))
+    return None
+
+
+def reduce_scatter(w: ProcessGroup, out: Any, ins: Any, op: Any) -> bool:
+    """Serve a common ``reduce_scatter`` (see the module), or return False."""
+    if type(op) is not ReduceOp or not op._plain or fast.dt_out(out) is None or out.nbytes > SMALL:
+        return False
+    pair = op._ops.get(out.dtype)
+    n = out.size
+    if pair is None or _entries(ins, w._size, pair[0], write=False) is None or any(x.size != n for x in ins):
+        return False
+    if not _apart([out], ins):
+        return False
+    reduce_scatter_small(w.comm, out, ins, pair[0], pair[1])
+    return True
+
+
+def reduce_scatter_small(
+    comm: Any, out: np.ndarray, ins: list[np.ndarray], dt: Any, mop: Any, async_op: bool = False
+) -> Any:
+    """``Reduce_scatter_block`` of the concatenated ``ins`` into ``out`` (any layout, writeable).
+
+    Returns:
+        None, or a :class:`~mpicomm.Work` if ``async_op``.
+    """
+    packed = np.concatenate([x.reshape(-1) for x in ins])
+    buf, back = staged(out)
+    if async_op:
+        req = comm.Ireduce_scatter_block([packed, dt], [buf, dt], mop)
+        return Work([req], keep=(packed, buf), result=[out], finish=back)
+    comm.Reduce_scatter_block([packed, dt], [buf, dt], mop)
+    if back is not None:
+        back()
+    return None

@@ -1,0 +1,96 @@
+"""The fast paths of the common call: same answers as the general path, no stale plan, same errors.
+
+Every rank builds the global input from the shared seed and checks its own slice against numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mpicomm
+from mpicomm import ArgumentError
+from mpicomm.dense import alltoall
+
+
+def _all_to_all_single(w: int, r: int, sends: np.ndarray, rows: list[np.ndarray]) -> None:
+    """One all_to_all_single with split sizes ``sends`` (sends[i, j]: rows rank i sends to j)."""
+    out = np.empty((int(sends[:, r].sum()), 3))
+    mpicomm.all_to_all_single(out, rows[r], sends[:, r].tolist(), sends[r].tolist())
+    expected = [np.split(rows[i], np.cumsum(sends[i])[:-1])[r] for i in range(w)]
+    np.testing.assert_array_equal(out, np.concatenate(expected))
+
+
+def test_a_changed_split_with_the_same_shapes_is_not_served_a_stale_plan(
+    world: mpicomm.ProcessGroup, rng: Any
+) -> None:
+    w, r = world.size(), world.rank()
+    rows = [rng.integers(0, 1000, (4 * w, 3)).astype(np.float64) for _ in range(w)]
+    even = np.full((w, w), 4)
+    _all_to_all_single(w, r, even, rows)
+    _all_to_all_single(w, r, even, rows)  # the second call is served from the cache
+    # The same row totals and column totals (so the same shapes on every rank), other splits:
+    # rank i sends one row more to i+1 and one row less to i+2.
+    shift = np.zeros((w, w), dtype=np.int64)
+    for i in range(w):
+        shift[i, (i + 1) % w] += 1
+        shift[i, (i + 2) % w] -= 1
+    moved = even + shift
+    assert w < 2 or not (moved == even).all()
+    _all_to_all_single(w, r, moved, rows)
+    _all_to_all_single(w, r, even, rows)
+
+
+def test_the_plan_cache_stays_bounded(world: mpicomm.ProcessGroup, rng: Any) -> None:
+    w, r = world.size(), world.rank()
+    rows = [rng.integers(0, 1000, (w * (alltoall._PLANS_MAX + 8), 3)).astype(np.float64) for _ in range(w)]
+    for k in range(1, alltoall._PLANS_MAX + 8):  # a new shape each call: every one a new plan
+        sends = np.full((w, w), k)
+        part = [x[: w * k] for x in rows]
+        _all_to_all_single(w, r, sends, part)
+        assert len(alltoall._PLANS) <= alltoall._PLANS_MAX
+
+
+def test_small_all_gather_and_reduce_scatter_with_a_strided_list_on_one_rank(
+    world: mpicomm.ProcessGroup, rng: Any
+) -> None:
+    """Rank 0 passes strided views (its general path), the others plain arrays (their fast path)."""
+    w, r = world.size(), world.rank()
+    g = rng.integers(0, 100, (w, 3)).astype(np.float64)
+    if r == 0:
+        block = np.zeros((3, 2 * w))
+        outs = [block[:, 2 * j] for j in range(w)]  # strided columns
+    else:
+        outs = [np.empty(3) for _ in range(w)]
+    mpicomm.all_gather(outs, g[r].copy())
+    for j in range(w):
+        np.testing.assert_array_equal(outs[j], g[j])
+    inputs = rng.integers(0, 100, (w, w, 3)).astype(np.float64)  # inputs[i][j]: rank i's entry j
+    out = np.zeros((3, 2))[:, 0] if r == 0 else np.empty(3)
+    mpicomm.reduce_scatter(out, [inputs[r, j].copy() for j in range(w)])
+    np.testing.assert_array_equal(out, inputs[:, r].sum(axis=0))
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda w, r: mpicomm.broadcast(np.zeros(2), src=w), ("broadcast", "src")),
+        (lambda w, r: mpicomm.send(np.zeros(2), dst=r), ("send", "dst", "this rank")),
+        (lambda w, r: mpicomm.all_gather_into_tensor(np.zeros(2 * w + 1), np.zeros(2)), ("output_tensor",)),
+        (lambda w, r: mpicomm.reduce_scatter_tensor(np.zeros(2), np.zeros(2 * w + 1)), ("input",)),
+        (
+            lambda w, r: mpicomm.all_to_all_single(np.zeros(w), np.zeros(w), [1] * w, [2] * w),
+            ("input_split_sizes",),
+        ),
+    ],
+    ids=["bcast-src", "send-self", "agit-size", "rst-size", "a2as-splits"],
+)
+def test_calls_the_fast_path_refuses_get_the_general_paths_errors(
+    world: mpicomm.ProcessGroup, call: Any, words: Any
+) -> None:
+    with pytest.raises(ArgumentError) as info:
+        call(world.size(), world.rank())
+    for word in words:
+        assert word in str(info.value)
