@@ -64,6 +64,7 @@ from .front.collectives import (
     all_gather,
     all_gather_into_tensor,
     all_gather_single,
+    all_reduce,
     all_to_all,
     all_to_all_single,
     batch_isend_irecv,
@@ -82,7 +83,7 @@ from .front.collectives import (
     sendrecv,
 )
 from .front.jagged import KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
-from .front.sparse import all_reduce
+from .front.sparse import all_reduce_sparse
 from .jagged import JaggedArray, JaggedResult
 from .objects import (
     all_gather_object,
@@ -137,6 +138,7 @@ __all__ = [
     "all_gather_single",
     "all_reduce",
     "all_reduce_coalesced",
+    "all_reduce_sparse",
     "all_to_all",
     "all_to_all_single",
     "allow_unpickle",

@@ -3,8 +3,8 @@
 - ``collectives``: the public calls (``all_reduce``, ``all_to_all_single``, ``send``, ...,
   ``batch_isend_irecv``, ``jagged_all_to_all``), each a host implementation behind the door.
 - ``coalesced``: ``all_reduce_coalesced`` and ``all_gather_coalesced`` (torch's signatures).
-- ``sparse``: the public ``all_reduce``: dense arrays to the door's, torch sparse COO tensors
-  gathered and coalesced (as Gloo does).
+- ``sparse``: ``all_reduce_sparse``: torch sparse COO tensors summed by gathering indices and
+  values, then coalescing (as torch's Gloo does in ``all_reduce``).
 - ``pg_methods``: torch's ``ProcessGroup`` methods (``pg.allreduce([t])``, ...), attached to
   :class:`~mpicomm.ProcessGroup` when :mod:`mpicomm` is imported.
 - ``door``: ``front_door``, the one wrapper: array kinds recognised once, viewed for the data

@@ -1,9 +1,10 @@
-"""Sparse COO tensors in ``all_reduce``: gather every rank's indices and values, then coalesce (as Gloo does).
+"""Sparse COO all-reduce: gather every rank's indices and values, then coalesce (as torch's Gloo does).
 
-torch's Gloo backend reduces a sparse COO tensor by gathering all ranks' non-zeros and summing
-duplicates; only SUM is defined. :func:`all_reduce` here is the public ``mpicomm.all_reduce``: a
-dense array goes straight to the front door's ``all_reduce``; a torch sparse COO tensor takes this
-path. torch is imported only when a sparse tensor arrives.
+torch's Gloo backend reduces a sparse COO tensor in ``all_reduce`` by gathering all ranks'
+non-zeros and summing duplicates; only SUM is defined. :func:`all_reduce_sparse` does the same.
+``mpicomm.all_reduce`` is the front door's and refuses sparse tensors by name; routing them here
+needs a hook in the door's slow path (a sparse tensor never reaches the numpy fast path), which
+keeps dense calls at their cost. torch is imported only when a sparse tensor arrives.
 """
 
 from __future__ import annotations
@@ -11,19 +12,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import numpy as np
-
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work, completed
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 from . import collectives
 
-__all__ = ["all_reduce", "all_reduce_sparse", "is_sparse"]
+__all__ = ["all_reduce_sparse", "is_sparse"]
 
 _SUM = ReduceOp.SUM
-_ndarray = np.ndarray
-_dense_all_reduce = collectives.all_reduce
 
 
 def is_sparse(x: object) -> bool:
@@ -36,50 +33,6 @@ def is_sparse(x: object) -> bool:
     """
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor) and x.layout == torch.sparse_coo
-
-
-def all_reduce(
-    tensor: Any,
-    op: ReduceOp = _SUM,
-    group: ProcessGroup | None = None,
-    async_op: bool = False,
-) -> Work | None:
-    """Reduce ``tensor`` over all ranks of the group; every rank gets the result in place.
-
-    ======  ==========  ===========
-    rank    tensor in   tensor out
-    ======  ==========  ===========
-    0       [1, 2]      [4, 6]
-    1       [3, 4]      [4, 6]
-    ======  ==========  ===========
-
-    Takes every array kind the front door takes (numpy, torch, cupy, ...), and torch sparse COO
-    tensors with SUM (gathered and coalesced, as torch's Gloo does; other ops raise).
-
-    Args:
-        tensor: Input and output, the same shape and dtype on every rank.
-        op: The reduction (see :class:`~mpicomm.ReduceOp`).
-        group: The process group; ``None`` for the world.
-        async_op: Return a :class:`~mpicomm.Work` instead of blocking.
-
-    Returns:
-        A Work if ``async_op``, else None.
-
-    Raises:
-        ArgumentTypeError: ``tensor`` is not an array, or ``op`` is not defined on its dtype.
-        ArgumentError: ``tensor`` is read-only, or sparse with an op other than SUM.
-        CrossRankMismatchError: (validation mode) ranks disagree on op, dtype or size.
-
-    Example:
-        >>> import numpy as np, mpicomm
-        >>> x = np.full(3, mpicomm.get_rank() + 1.0)
-        >>> mpicomm.all_reduce(x, op=mpicomm.ReduceOp.MAX)
-        >>> bool((x == mpicomm.get_world_size()).all())
-        True
-    """
-    if tensor.__class__ is not _ndarray and is_sparse(tensor):
-        return all_reduce_sparse(tensor, op, group, async_op)
-    return _dense_all_reduce(tensor, op, group, async_op)
 
 
 def all_reduce_sparse(
@@ -111,8 +64,21 @@ def all_reduce_sparse(
 
     Raises:
         ArgumentError: an op other than SUM (densify with ``tensor.to_dense()`` for others).
+
+    Example:
+        >>> import torch, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> t = torch.sparse_coo_tensor([[r]], [1.0], (w,))
+        >>> mpicomm.all_reduce_sparse(t)
+        >>> t.to_dense().tolist() == [1.0] * w
+        True
     """
-    fn = "all_reduce"
+    fn = "all_reduce_sparse"
+    if not is_sparse(tensor):
+        raise ArgumentTypeError(
+            f"{fn}: tensor is a {type(tensor).__qualname__}; expected a torch sparse COO tensor "
+            "(dense arrays: all_reduce)"
+        )
     if op != _SUM:
         raise ArgumentError(
             f"{fn}: op is {op!r} on a sparse COO tensor; expected ReduceOp.SUM (the only sparse "

@@ -89,6 +89,12 @@ def objects(n: int = 2) -> np.ndarray:
 LIST = [1.0, 2.0]
 
 
+def _sparse() -> Any:
+    import torch
+
+    return torch.sparse_coo_tensor([[0]], [1.0], (2,))
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
@@ -349,6 +355,14 @@ WRONG_TYPE = [
         ("input_tensor_list[0]", "list", "numpy.ndarray"),
     ),
     Case(
+        "all_reduce_sparse",
+        lambda w, r: mpicomm.all_reduce_sparse(LIST),
+        TE,
+        TypeError,
+        "all_reduce_sparse",
+        ("tensor", "list", "sparse COO"),
+    ),
+    Case(
         "all_reduce-tuple",
         lambda w, r: mpicomm.all_reduce((1.0, 2.0)),
         TE,
@@ -368,6 +382,14 @@ WRONG_TYPE = [
 
 
 OBJECTS = [
+    Case(
+        "all_reduce_sparse",
+        lambda w, r: mpicomm.all_reduce_sparse(objects()),
+        TE,
+        TypeError,
+        "all_reduce_sparse",
+        ("tensor", "ndarray", "sparse COO"),
+    ),
     Case(
         "all_reduce_coalesced",
         lambda w, r: mpicomm.all_reduce_coalesced([objects()]),
@@ -1321,6 +1343,7 @@ for _fn in REDUCERS:
 
 GROUP_CALLS: dict[str, Callable[[int, int, Any], Any]] = {
     "all_reduce": lambda w, r, g: mpicomm.all_reduce(z(2), group=g),
+    "all_reduce_sparse": lambda w, r, g: mpicomm.all_reduce_sparse(_sparse(), group=g),
     "all_reduce_coalesced": lambda w, r, g: mpicomm.all_reduce_coalesced([z(2)], group=g),
     "all_gather_coalesced": lambda w, r, g: mpicomm.all_gather_coalesced(
         [[z(2)] for _ in range(w)], [z(2)], group=g
