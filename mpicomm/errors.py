@@ -15,6 +15,7 @@ __all__ = [
     "ArgumentTypeError",
     "CommunicationError",
     "CrossRankMismatchError",
+    "DtypeMismatchError",
     "GroupError",
     "MPIUnavailableError",
     "MpicommError",
@@ -36,8 +37,21 @@ class ArgumentTypeError(MpicommError, TypeError):
     """An argument has the wrong type or dtype."""
 
 
-class ReductionTypeError(ArgumentTypeError):
-    """A reduction was asked for on a dtype that it is not defined for (e.g. BAND on floats)."""
+class ReductionTypeError(ArgumentTypeError, ValueError):
+    """A reduction was asked for on a dtype that it is not defined for (e.g. BAND on floats).
+
+    Also a ``ValueError``, the type torch.distributed raises for MAX, MIN, PRODUCT and the bitwise
+    operators on complex tensors.
+    """
+
+
+class DtypeMismatchError(ArgumentTypeError, ValueError):
+    """Arrays of one call have different dtypes (an input and its output, or the entries of a list).
+
+    Both a ``TypeError`` and a ``ValueError``: torch raises TypeError for an output whose type is
+    not its input's (``all_gather_into_tensor``) and ValueError for a list of mixed dtypes
+    (``all_gather``, ``all_reduce_coalesced``).
+    """
 
 
 class CrossRankMismatchError(MpicommError, ValueError):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError, DtypeMismatchError
 from . import layouts
 
 __all__ = [
@@ -102,7 +102,7 @@ def check_array_list(xs: object, fn: str, arg: str, length: int | None, output: 
         first = arrays[0].dtype
         for i, x in enumerate(arrays):
             if x.dtype != first:
-                raise ArgumentTypeError(
+                raise DtypeMismatchError(
                     f"{fn}: {arg}[{i}] has dtype {x.dtype}; expected {first}, the dtype of {arg}[0]"
                 )
     return arrays
@@ -115,7 +115,7 @@ def check_same_dtype(a: np.ndarray, b: np.ndarray, fn: str, a_name: str, b_name:
         ArgumentTypeError: the dtypes differ.
     """
     if a.dtype != b.dtype:
-        raise ArgumentTypeError(
+        raise DtypeMismatchError(
             f"{fn}: {b_name} has dtype {b.dtype}; expected {a.dtype}, the dtype of {a_name}"
         )
 

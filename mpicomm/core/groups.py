@@ -17,6 +17,7 @@ import numpy as np
 from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError, GroupError
 from . import failure, validation
+from .backend import backend_name
 
 __all__ = [
     "DefaultGroupError",
@@ -54,12 +55,18 @@ class ProcessGroup:
     Attributes:
         comm: The group's private ``mpi4py.MPI.Intracomm``, or ``None`` on a non-member rank.
         ranks: The world ranks of the members, in group-rank order.
+        backend: The backend name the group was made with, lower-cased (``"mpi"``, ``"gloo"``, ...);
+            every one runs on MPI.
+        timeout: The ``timeout`` the group was made with, in seconds, or None: it bounds the group's
+            blocking :func:`~mpicomm.barrier` (see docs/torch.rst for the other calls).
     """
 
-    __slots__ = ("_index", "_rank", "_size", "comm", "internal", "name", "ranks")
+    __slots__ = ("_index", "_rank", "_size", "backend", "comm", "internal", "name", "ranks", "timeout")
 
-    def __init__(self, comm: Any, ranks: list[int], name: str) -> None:
+    def __init__(self, comm: Any, ranks: list[int], name: str, backend: str = "mpi") -> None:
         self.comm = comm
+        self.backend = backend
+        self.timeout: float | None = None
         # a second private communicator for mpicomm's own point-to-point traffic inside collectives
         self.internal: Any = None if comm is None else comm.Dup()
         self.ranks = ranks
@@ -307,9 +314,11 @@ def new_group(
 
     Args:
         ranks: World ranks of the members; ``None`` for all of them.
-        timeout: Accepted for torch compatibility (a ``timedelta`` or seconds) and not used: MPI
-            operations have no per-group timeout.
-        backend: ``None`` or ``"mpi"``.
+        timeout: A ``timedelta`` or seconds: bounds the group's blocking barriers, which raise
+            :class:`~mpicomm.CommunicationError` (a RuntimeError) when not every rank entered in
+            time; None: no bound.
+        backend: ``None`` (the default group's) or any of torch's backend names; every one runs
+            on MPI and is kept for :func:`~mpicomm.get_backend`.
         pg_options: Accepted for torch compatibility and not used.
         use_local_synchronization: Only the members call this function.
         group_desc: A name for the group in messages and ``repr`` (default ``groupN``).
@@ -320,7 +329,7 @@ def new_group(
 
     Raises:
         ArgumentTypeError: ``ranks`` holds something other than integers, or a bad ``timeout`` type.
-        ArgumentError: a rank is out of range or listed twice, or a backend other than MPI.
+        ArgumentError: a rank is out of range or listed twice, or an unknown backend name.
         CrossRankMismatchError: (validation mode) ranks passed different member lists.
 
     Example:
@@ -330,11 +339,11 @@ def new_group(
         True
     """
     fn = "new_group"
-    check_backend(backend, fn)
-    timeout_seconds(timeout, fn)
+    w = world(fn)
+    label = check_backend(backend, fn, w.backend)
+    seconds = timeout_seconds(timeout, fn)
     if group_desc is not None and not isinstance(group_desc, str):
         raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
-    w = world(fn)
     try:
         members = _check_ranks(ranks, w.size(), fn)
     except (ArgumentError, ArgumentTypeError) as exc:
@@ -350,21 +359,22 @@ def new_group(
         comm = w.comm.Split(0 if me in members else _mpi.MPI.UNDEFINED, me)
     _State.counter += 1
     name = group_desc or f"group{_State.counter}"
-    group = ProcessGroup(None if comm == _mpi.MPI.COMM_NULL else comm, members, name)
+    group = ProcessGroup(None if comm == _mpi.MPI.COMM_NULL else comm, members, name, label)
+    group.timeout = seconds
     _State.groups.append(group)
     return group
 
 
-def check_backend(backend: object, fn: str) -> None:
-    """Accept torch's ``backend`` argument when it names MPI (or is None).
+def check_backend(backend: object, fn: str, default: str = "mpi") -> str:
+    """The lower-case name a group keeps for torch's ``backend`` argument (``default`` for None).
+
+    Every name runs on MPI; see :func:`mpicomm.core.backend.backend_name`.
 
     Raises:
-        ArgumentError: any other backend.
+        ArgumentTypeError: not a string.
+        ArgumentError: an unknown name.
     """
-    if backend is not None and str(backend).lower() != "mpi":
-        raise ArgumentError(
-            f"{fn}: backend is {backend!r}; expected 'mpi' or None (mpicomm's only backend is MPI)"
-        )
+    return backend_name(backend, fn, default)
 
 
 def timeout_seconds(timeout: object, fn: str) -> float | None:
@@ -433,7 +443,7 @@ def new_node_group(group: ProcessGroup | None = None) -> ProcessGroup:
     comm.Allgather(np.array([g.rank()], np.int64), ranks)
     members = [g.ranks[r] for r in ranks.tolist()]
     _State.counter += 1
-    node = ProcessGroup(comm, members, f"node{_State.counter}")
+    node = ProcessGroup(comm, members, f"node{_State.counter}", g.backend)
     _State.groups.append(node)
     return node
 

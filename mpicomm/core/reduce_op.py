@@ -150,6 +150,12 @@ class ReduceOp:
                 "bool, integer, float16/bfloat16/32/64/128 or complex dtype (structured dtypes can "
                 "still be moved by broadcast, all_gather, all_to_all, send/recv)"
             )
+        if dtype.kind == "c" and "c" not in _KINDS[self.name]:
+            torch_fn = "all_reduce" if fn.startswith("all_reduce") else fn
+            raise ReductionTypeError(
+                f"{fn}: op {self!r} on complex dtype {dtype}; expected SUM, AVG or PREMUL_SUM on complex "
+                f"arrays (torch says: {torch_fn} does not support {self.name} on complex tensors)"
+            )
         if ("f" if half else dtype.kind) not in _KINDS[self.name]:
             kinds = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
             allowed = ", ".join(kinds[k] for k in _KINDS[self.name])

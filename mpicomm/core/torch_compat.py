@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import datetime
 import os
+import warnings
 from typing import Any
+
+import numpy as np
 
 from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError, GroupError
+from .backend import Backend
 from .groups import (
     DefaultGroupError,
     ProcessGroup,
@@ -66,15 +70,21 @@ def init_process_group(
 
     Calling it is optional: collectives start the default group on first use, and a default group
     started that way (or by :func:`init`) is taken over; only a second ``init_process_group`` raises,
-    as in torch. ``world_size`` and ``rank``, when given, must be MPI's; ``init_method``,
-    ``pg_options`` and ``device_id`` are accepted and not needed (the MPI launcher did the rendezvous).
+    as in torch. Every backend name torch knows (``"gloo"``, ``"nccl"``, ``"GLOO"``,
+    ``"cpu:gloo,cuda:nccl"``, ...) is served by MPI, with one warning per process for a name other
+    than ``mpi``; :func:`get_backend` answers the name given, lower-cased. The MPI launch decides
+    ranks, as for torch's own MPI backend: a ``world_size`` or ``rank`` that disagrees with it
+    warns and is ignored (the tutorial's ``init_process_group("mpi", rank=0, world_size=0)``).
+    ``init_method``, ``pg_options`` and ``device_id`` are accepted and not needed (the MPI
+    launcher did the rendezvous).
 
     Args:
-        backend: ``None`` or ``"mpi"``.
-        init_method: Accepted (``"env://"``, ``"tcp://..."``) and not used.
-        timeout: A ``timedelta`` or seconds; checked, not used (MPI has no collective timeout).
-        world_size: -1, or the number of MPI processes.
-        rank: -1, or this process's MPI rank.
+        backend: ``None`` (``"mpi"``) or any of torch's backend names.
+        init_method: Accepted (``"env://"``, ``"tcp://..."``, ``"file://..."``) and not used.
+        timeout: A ``timedelta`` or seconds: bounds the default group's blocking barriers (they
+            raise a RuntimeError naming the group when not every rank entered in time).
+        world_size: -1, or the number of MPI processes (another value warns and is ignored).
+        rank: -1, or this process's MPI rank (another value warns and is ignored).
         store: Must be None: there is no torch Store without torch.
         group_name: Accepted and not used.
         pg_options: Accepted and not used.
@@ -82,8 +92,12 @@ def init_process_group(
 
     Raises:
         DefaultGroupError: the default group is already initialised (as torch raises).
-        ArgumentError: a backend other than MPI, or a rank or world size that is not MPI's.
+        ArgumentError: an unknown backend name.
         ArgumentTypeError: arguments of the wrong type.
+
+    Warns:
+        BackendWarning: the first backend name other than ``mpi`` in this process.
+        UserWarning: ``rank`` or ``world_size`` disagrees with the MPI launch.
 
     Example:
         >>> import mpicomm as dist
@@ -97,8 +111,8 @@ def init_process_group(
         raise DefaultGroupError(
             f"{fn}: trying to initialize the default process group twice; expected one call"
         )
-    check_backend(backend, fn)
-    timeout_seconds(timeout, fn)
+    label = check_backend(backend, fn)
+    seconds = timeout_seconds(timeout, fn)
     for name, value in (("init_method", init_method), ("group_name", group_name)):
         if value is not None and not isinstance(value, str):
             raise ArgumentTypeError(f"{fn}: {name} is {value!r}; expected a str or None")
@@ -107,7 +121,9 @@ def init_process_group(
     size, me = _mpi_world()
     _check_given(fn, "world_size", world_size, size, "the number of MPI processes")
     _check_given(fn, "rank", rank, me, "this process's MPI rank")
-    _Explicit.world = init()
+    _Explicit.world = world = init()
+    world.backend = label
+    world.timeout = seconds
 
 
 class _Explicit:
@@ -128,7 +144,11 @@ def _check_given(fn: str, name: str, value: object, actual: int, what: str) -> N
     if isinstance(value, bool) or not isinstance(value, int):
         raise ArgumentTypeError(f"{fn}: {name} is {value!r}; expected an int")
     if value not in (-1, actual):
-        raise ArgumentError(f"{fn}: {name} is {value}; expected -1 or {actual} ({what})")
+        warnings.warn(
+            f"{fn}: {name} is {value}, and the MPI launch gives {actual} ({what}); using {actual}, "
+            "as torch's MPI backend does",
+            stacklevel=3,
+        )
 
 
 def is_available() -> bool:
@@ -157,14 +177,18 @@ def is_mpi_available() -> bool:
     return is_available()
 
 
-def get_backend(group: ProcessGroup | None = None) -> str:
-    """The backend of ``group``: always ``"mpi"``.
+def get_backend(group: ProcessGroup | None = None) -> Backend:
+    """The backend name ``group`` was made with, lower-cased, as torch answers it.
+
+    Every group runs on MPI; the name is the one the program gave to :func:`init_process_group`
+    or :func:`new_group` (``"mpi"`` when none was given), so that code which branches on it
+    (``if dist.get_backend() == dist.Backend.NCCL``) takes the branch it took under torch.
 
     Args:
         group: The process group; ``None`` for the world.
 
     Returns:
-        ``"mpi"``.
+        The name, a :class:`Backend` (a ``str``).
 
     Raises:
         ArgumentError: this rank is not a member of ``group`` (torch raises ValueError too).
@@ -176,8 +200,11 @@ def get_backend(group: ProcessGroup | None = None) -> str:
     """
     g = resolve(group, "get_backend")
     if not g.is_member:
-        raise ArgumentError(f"get_backend: this rank is not a member of group {g.name}; expected a member")
-    return "mpi"
+        raise ArgumentError(
+            f"get_backend: this rank is not a member of group {g.name}; expected a member "
+            "(torch says: Invalid process group specified)"
+        )
+    return Backend(g.backend)
 
 
 def get_process_group_ranks(group: ProcessGroup | None) -> list[int]:
@@ -290,8 +317,8 @@ def new_subgroups(
         group_size: Ranks per subgroup; it must divide the group size. ``None`` takes the ranks per
             node (torch takes the GPUs per node); every node must have as many.
         group: The group to cut; ``None`` for the world.
-        timeout: Accepted for torch compatibility and not used.
-        backend: ``None`` or ``"mpi"``.
+        timeout: A ``timedelta`` or seconds: each subgroup's, as :func:`new_group` takes it.
+        backend: ``None`` (the parent's) or any of torch's backend names (all run on MPI).
         pg_options: Accepted and not used.
         group_desc: Prefix of the subgroups' names.
 
@@ -308,9 +335,9 @@ def new_subgroups(
         (1, True)
     """
     fn = "new_subgroups"
-    check_backend(backend, fn)
-    timeout_seconds(timeout, fn)
     parent = resolve(group, fn)
+    label = check_backend(backend, fn, parent.backend)
+    seconds = timeout_seconds(timeout, fn)
     size = len(parent.ranks)
     if group_size is None:
         group_size = _ranks_per_node(fn)
@@ -321,18 +348,19 @@ def new_subgroups(
             f"{fn}: group_size is {group_size}; expected a positive divisor of {size} (the group size)"
         )
     lists = [parent.ranks[i : i + group_size] for i in range(0, size, group_size)]
-    return _make(lists, group_desc or "subgroup")
+    return _make(lists, group_desc or "subgroup", label, seconds)
 
 
 def _ranks_per_node(fn: str) -> int:
     world = resolve(None, fn)
     node = new_node_group(world)
-    sizes = world.comm.allgather(node.size())
+    sizes = np.empty(world.size(), np.int64)  # int64 words, not a pickled allgather
+    world.comm.Allgather(np.array([node.size()], np.int64), sizes)
     destroy_process_group(node)
-    if len(set(sizes)) != 1:
+    if len(set(sizes.tolist())) != 1:
         raise ArgumentError(
-            f"{fn}: group_size is None and the nodes have {sorted(set(sizes))} ranks; expected the same "
-            "number on every node, or an explicit group_size"
+            f"{fn}: group_size is None and the nodes have {sorted(set(sizes.tolist()))} ranks; expected "
+            "the same number on every node, or an explicit group_size"
         )
     return int(sizes[0])
 
@@ -348,8 +376,8 @@ def new_subgroups_by_enumeration(
 
     Args:
         ranks_per_subgroup_list: Disjoint lists of world ranks.
-        timeout: Accepted for torch compatibility and not used.
-        backend: ``None`` or ``"mpi"``.
+        timeout: A ``timedelta`` or seconds: each subgroup's, as :func:`new_group` takes it.
+        backend: ``None`` (the parent's) or any of torch's backend names (all run on MPI).
         pg_options: Accepted and not used.
         group_desc: Prefix of the subgroups' names.
 
@@ -367,8 +395,8 @@ def new_subgroups_by_enumeration(
         True
     """
     fn = "new_subgroups_by_enumeration"
-    check_backend(backend, fn)
-    timeout_seconds(timeout, fn)
+    label = check_backend(backend, fn, resolve(None, fn).backend)
+    seconds = timeout_seconds(timeout, fn)
     if not isinstance(ranks_per_subgroup_list, (list, tuple)) or not ranks_per_subgroup_list:
         raise ArgumentError(
             f"{fn}: ranks_per_subgroup_list is {ranks_per_subgroup_list!r}; "
@@ -385,10 +413,12 @@ def new_subgroups_by_enumeration(
                     "expected disjoint subgroups"
                 )
             seen[r] = i
-    return _make(lists, group_desc or "subgroup")
+    return _make(lists, group_desc or "subgroup", label, seconds)
 
 
-def _make(lists: list[list[int]], prefix: str) -> tuple[ProcessGroup | None, list[ProcessGroup]]:
-    every = [new_group(ranks, group_desc=f"{prefix}{i}") for i, ranks in enumerate(lists)]
+def _make(
+    lists: list[list[int]], prefix: str, backend: str, timeout: float | None
+) -> tuple[ProcessGroup | None, list[ProcessGroup]]:
+    every = [new_group(ranks, timeout, backend, group_desc=f"{prefix}{i}") for i, ranks in enumerate(lists)]
     mine = next((g for g in every if g.is_member), None)
     return mine, every

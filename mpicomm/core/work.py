@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
+import time
 from collections.abc import Callable
 from typing import Any
 
 from .. import _mpi
 from ..errors import CommunicationError
+from .future import Future
 
 __all__ = ["Work"]
 
@@ -59,16 +62,20 @@ class Work:
         self._done = False
         self._error: BaseException | None = None
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
         """Block until the operation is complete and return True.
 
         Args:
-            timeout: Accepted for torch compatibility and ignored: an MPI operation cannot be
-                abandoned halfway. Use ``MPICOMM_VALIDATE`` to catch mismatched calls instead.
+            timeout: A ``timedelta`` or seconds: raise if the operation has not completed by then.
+                An MPI operation cannot be abandoned halfway: it stays posted (its arrays stay in
+                use) and a later ``wait`` can still complete it.
 
         Raises:
-            CommunicationError: MPI reported an error for this operation.
+            CommunicationError: MPI reported an error for this operation, or ``timeout`` passed
+                (a RuntimeError, as torch's).
         """
+        if timeout is not None and not self._done:
+            self._wait_until(timeout)
         if not self._done:
             try:
                 if self._status is not None:
@@ -81,6 +88,17 @@ class Work:
         if self._error is not None:
             raise self._error
         return True
+
+    def _wait_until(self, timeout: datetime.timedelta | float) -> None:
+        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+        deadline = time.monotonic() + seconds
+        while not self.is_completed():
+            if time.monotonic() > deadline:
+                raise CommunicationError(
+                    f"Work.wait: the operation did not complete within {seconds:g} s; expected every rank "
+                    "of its group to take part (Timed out; it stays posted, so its arrays stay in use)"
+                )
+            time.sleep(0.0005)
 
     def is_completed(self) -> bool:
         """Whether the operation has finished (never blocks)."""
@@ -111,10 +129,24 @@ class Work:
         self.wait()
         return self._result
 
+    def get_future(self) -> Future:
+        """A :class:`~mpicomm.core.future.Future` of the output arrays (torch's ``get_future``).
+
+        Example:
+            >>> import numpy as np, mpicomm
+            >>> fut = mpicomm.all_reduce(np.ones(1), async_op=True).get_future()
+            >>> float(fut.wait()[0][0]) == mpicomm.get_world_size()
+            True
+        """
+        return Future(self)
+
     def source_rank(self) -> int:
         """The world rank a completed ``irecv`` received from (useful with any-source receives)."""
         self.wait()
         return self._source
+
+    #: torch's private spelling, which its own tests call.
+    _source_rank = source_rank
 
     def _fail(self, exc: BaseException) -> None:
         self._error = CommunicationError(f"MPI reported an error: {exc}")

@@ -317,7 +317,8 @@ def barrier(
         async_op: Return a Work (over ``MPI_Ibarrier``) instead of blocking.
         device_ids: Accepted for torch compatibility and ignored.
         timeout: A ``timedelta`` or seconds: raise if the barrier has not completed by then (a
-            blocking call only). :func:`monitored_barrier` also names the missing ranks.
+            blocking call only); None: the group's own timeout, if it was made with one.
+            :func:`monitored_barrier` also names the missing ranks.
 
     Returns:
         A Work if ``async_op``, else None.
@@ -338,6 +339,8 @@ def barrier(
         validation.check(g, "barrier", {})
     if async_op:
         return Work([g.comm.Ibarrier()])
+    if seconds is None:
+        seconds = g.timeout  # init_process_group(timeout=) or new_group(timeout=)
     if seconds is not None:
         timed_barrier(g, seconds)
         return None

@@ -80,12 +80,12 @@ def monitored_barrier(
         return
     limit = DEFAULT_TIMEOUT if seconds is None else seconds
     if g.rank() == 0:
-        _collect(g, limit, fn)
+        _collect(g, limit, fn, wait_all_ranks)
     else:
         _report(g, limit, fn)
 
 
-def _collect(g: ProcessGroup, limit: float, fn: str) -> None:
+def _collect(g: ProcessGroup, limit: float, fn: str, wait_all_ranks: bool) -> None:
     comm, peers = g.internal, range(1, g.size())
     tokens = np.zeros((g.size(), 1), np.int64)
     requests = [comm.Irecv([tokens[p], _mpi.MPI.INT64_T], p, TAG) for p in peers]
@@ -103,8 +103,20 @@ def _collect(g: ProcessGroup, limit: float, fn: str) -> None:
     if missing:
         raise CommunicationError(
             f"{fn}: world ranks {missing} of group {g.name} did not arrive within {limit:g} s; "
-            "expected every rank of the group"
+            f"expected every rank of the group (torch says: "
+            f"{_torch_words(g, missing, limit, wait_all_ranks)})"
         )
+
+
+def _torch_words(g: ProcessGroup, missing: list[int], limit: float, wait_all_ranks: bool) -> str:
+    """The sentence of torch's Gloo for the same failure (group ranks), which torch programs match on."""
+    ms = round(limit * 1000)
+    if ms == 0:
+        return "Rank 0 timed out in monitoredBarrier after 0 ms"
+    ranks = [g.group_rank(r) for r in missing]
+    if wait_all_ranks and len(ranks) > 1:
+        return f"Ranks {', '.join(map(str, ranks))} failed to pass monitoredBarrier in {ms} ms"
+    return f"Rank {ranks[0]} failed to pass monitoredBarrier in {ms} ms"
 
 
 def _report(g: ProcessGroup, limit: float, fn: str) -> None:
@@ -121,7 +133,9 @@ def _report(g: ProcessGroup, limit: float, fn: str) -> None:
         missing = answer[1 : 1 + answer[0]].tolist()
         raise CommunicationError(
             f"{fn}: world ranks {missing} of group {g.name} did not arrive within {limit:g} s "
-            f"(reported by world rank {g.ranks[0]}); expected every rank of the group"
+            f"(reported by world rank {g.ranks[0]}); expected every rank of the group (torch says: Rank "
+            f"{g.rank()} successfully reached monitoredBarrier, but received errors while waiting for "
+            "send/recv from rank 0)"
         )
 
 
@@ -134,5 +148,6 @@ def timed_barrier(g: ProcessGroup, seconds: float) -> None:
     if not wait_until([g.comm.Ibarrier()], time.monotonic() + seconds)[0]:
         raise CommunicationError(
             f"barrier: not every rank of group {g.name} entered within {seconds:g} s; expected all of them "
-            "(monitored_barrier names the missing ranks)"
+            f"(Timed out after {seconds:g} s; monitored_barrier names the missing ranks; the barrier stays "
+            "posted, so do not use this group again, as torch's group is closed after a timeout)"
         )

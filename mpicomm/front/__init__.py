@@ -2,6 +2,11 @@
 
 - ``collectives``: the public calls (``all_reduce``, ``all_to_all_single``, ``send``, ...,
   ``batch_isend_irecv``, ``jagged_all_to_all``), each a host implementation behind the door.
+- ``coalesced``: ``all_reduce_coalesced`` and ``all_gather_coalesced`` (torch's signatures).
+- ``sparse``: ``all_reduce_sparse``: torch sparse COO tensors summed by gathering indices and
+  values, then coalescing (as torch's Gloo does in ``all_reduce``).
+- ``pg_methods``: torch's ``ProcessGroup`` methods (``pg.allreduce([t])``, ...), attached to
+  :class:`~mpicomm.ProcessGroup` when :mod:`mpicomm` is imported.
 - ``door``: ``front_door``, the one wrapper: array kinds recognised once, viewed for the data
   paths, the path chosen, results in the caller's kind, failures alike on every rank.
 - ``kinds``: what an array is (numpy, torch, cupy, ``__array_interface__``,

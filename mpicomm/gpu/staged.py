@@ -10,6 +10,7 @@ No device-wide synchronize is used: only events and the two copy streams.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -107,8 +108,10 @@ class StagedWork(Work):
         self._inner, self._shown = inner, shown
         self._after: Callable[[], None] | None = after
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the data is in the device arrays and return True (``timeout`` is ignored)."""
+    def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
+        """Block until the data is in the device arrays and return True (``timeout`` as Work's)."""
+        if timeout is not None and not self._inner.is_completed():
+            self._inner.wait(timeout)  # a timeout raises while the operation is pending: nothing uploaded
         try:
             self._inner.wait()
         finally:

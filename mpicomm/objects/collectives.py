@@ -480,7 +480,8 @@ def scatter_object_list(
             1,
             (
                 f"{fn}: scatter_object_output_list is empty on rank {me}; expected a list of at least "
-                "one entry, e.g. [None]"
+                "one entry, e.g. [None] (torch says: Expected argument scatter_object_output_list to be a "
+                "list of size at least 1.)"
             ),
         )
     kind, msg = problem or (0, "")

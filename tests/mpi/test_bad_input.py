@@ -89,6 +89,12 @@ def objects(n: int = 2) -> np.ndarray:
 LIST = [1.0, 2.0]
 
 
+def _sparse() -> Any:
+    import torch
+
+    return torch.sparse_coo_tensor([[0]], [1.0], (2,))
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
@@ -333,6 +339,30 @@ WRONG_TYPE = [
         ("tensor", "list", "numpy.ndarray"),
     ),
     Case(
+        "all_reduce_coalesced",
+        lambda w, r: mpicomm.all_reduce_coalesced([LIST]),
+        TE,
+        TypeError,
+        "all_reduce_coalesced",
+        ("tensors[0]", "list", "numpy.ndarray"),
+    ),
+    Case(
+        "all_gather_coalesced",
+        lambda w, r: mpicomm.all_gather_coalesced([[z(2)] for _ in range(w)], [LIST]),
+        TE,
+        TypeError,
+        "all_gather_coalesced",
+        ("input_tensor_list[0]", "list", "numpy.ndarray"),
+    ),
+    Case(
+        "all_reduce_sparse",
+        lambda w, r: mpicomm.all_reduce_sparse(LIST),
+        TE,
+        TypeError,
+        "all_reduce_sparse",
+        ("tensor", "list", "sparse COO"),
+    ),
+    Case(
         "all_reduce-tuple",
         lambda w, r: mpicomm.all_reduce((1.0, 2.0)),
         TE,
@@ -352,6 +382,30 @@ WRONG_TYPE = [
 
 
 OBJECTS = [
+    Case(
+        "all_reduce_sparse",
+        lambda w, r: mpicomm.all_reduce_sparse(objects()),
+        TE,
+        TypeError,
+        "all_reduce_sparse",
+        ("tensor", "ndarray", "sparse COO"),
+    ),
+    Case(
+        "all_reduce_coalesced",
+        lambda w, r: mpicomm.all_reduce_coalesced([objects()]),
+        TE,
+        TypeError,
+        "all_reduce_coalesced",
+        ("tensors[0]", "object"),
+    ),
+    Case(
+        "all_gather_coalesced",
+        lambda w, r: mpicomm.all_gather_coalesced([[z(2)] for _ in range(w)], [objects()]),
+        TE,
+        TypeError,
+        "all_gather_coalesced",
+        ("input_tensor_list[0]", "object"),
+    ),
     Case(
         "all_reduce",
         lambda w, r: mpicomm.all_reduce(objects()),
@@ -1289,6 +1343,11 @@ for _fn in REDUCERS:
 
 GROUP_CALLS: dict[str, Callable[[int, int, Any], Any]] = {
     "all_reduce": lambda w, r, g: mpicomm.all_reduce(z(2), group=g),
+    "all_reduce_sparse": lambda w, r, g: mpicomm.all_reduce_sparse(_sparse(), group=g),
+    "all_reduce_coalesced": lambda w, r, g: mpicomm.all_reduce_coalesced([z(2)], group=g),
+    "all_gather_coalesced": lambda w, r, g: mpicomm.all_gather_coalesced(
+        [[z(2)] for _ in range(w)], [z(2)], group=g
+    ),
     "reduce": lambda w, r, g: mpicomm.reduce(z(2), group=g),
     "broadcast": lambda w, r, g: mpicomm.broadcast(z(2), group=g),
     "barrier": lambda w, r, g: mpicomm.barrier(group=g),
@@ -1319,7 +1378,7 @@ GROUP_CALLS: dict[str, Callable[[int, int, Any], Any]] = {
 COMMUNICATING = sorted(
     name
     for name in mpicomm.__all__
-    if name not in {"all_gather_single", "reduce_scatter_single"}
+    if name not in {"all_gather_single", "reduce_scatter_single", "reduce_op"}
     and name.split("_")[0]
     in {"all", "reduce", "broadcast", "barrier", "gather", "scatter", "send", "recv", "isend", "irecv"}
 )

@@ -50,18 +50,20 @@ def test_destroy_then_calls_raise_until_init_process_group(world):
             dist.all_reduce(np.ones(2))
         with pytest.raises(ValueError, match=r"get_rank: .*destroyed by destroy_process_group"):
             dist.get_rank()
-        with pytest.raises(mpicomm.ArgumentError, match=rf"world_size is {w + 1}; expected -1 or {w}"):
-            dist.init_process_group(world_size=w + 1)
-        with pytest.raises(mpicomm.ArgumentError, match=rf"rank is {r + 1}; expected -1 or {r}"):
-            dist.init_process_group(rank=r + 1)
-        with pytest.raises(mpicomm.ArgumentError, match="backend is 'nccl'; expected 'mpi' or None"):
-            dist.init_process_group("nccl")
+        with pytest.raises(mpicomm.ArgumentError, match="backend is 'nosuch'; expected one of"):
+            dist.init_process_group("nosuch")
         with pytest.raises(mpicomm.ArgumentError, match=r"store is .*expected None"):
             dist.init_process_group(store=object())
     finally:
-        dist.init_process_group(
-            backend="mpi", init_method="env://", timeout=datetime.timedelta(seconds=60), world_size=w, rank=r
-        )
+        # the MPI launch decides, as for torch's MPI backend: a disagreeing world_size warns
+        with pytest.warns(UserWarning, match=rf"world_size is {w + 1}, and the MPI launch gives {w}"):
+            dist.init_process_group(
+                backend="mpi",
+                init_method="env://",
+                timeout=datetime.timedelta(seconds=60),
+                world_size=w + 1,
+                rank=r,
+            )
     x = np.full(2, float(r))
     dist.all_reduce(x)
     assert x.tolist() == [w * (w - 1) / 2] * 2
@@ -110,8 +112,8 @@ def test_new_group_takes_torch_arguments(world):
     dist.all_reduce(x, group=g)
     assert x[0] == world.size()
     dist.destroy_process_group(g)
-    with pytest.raises(mpicomm.ArgumentError, match="new_group: backend is 'gloo'"):
-        dist.new_group(backend="gloo")
+    with pytest.raises(mpicomm.ArgumentError, match="new_group: backend is 'nosuch'"):
+        dist.new_group(backend="nosuch")
     with pytest.raises(mpicomm.ArgumentTypeError, match="new_group: timeout is 'soon'"):
         dist.new_group(timeout="soon")
 

@@ -192,6 +192,7 @@ def test_error_hierarchy() -> None:
         errors.ArgumentError: ValueError,
         errors.ArgumentTypeError: TypeError,
         errors.ReductionTypeError: TypeError,
+        errors.DtypeMismatchError: TypeError,
         errors.CrossRankMismatchError: ValueError,
         errors.GroupError: RuntimeError,
         errors.CommunicationError: RuntimeError,
@@ -201,6 +202,10 @@ def test_error_hierarchy() -> None:
         assert issubclass(cls, errors.MpicommError) and issubclass(cls, builtin), cls
         assert getattr(mpicomm, cls.__name__) is cls
     assert issubclass(errors.ReductionTypeError, errors.ArgumentTypeError)
+    # torch raises ValueError for complex MAX and for lists of mixed dtypes: these are both types
+    assert issubclass(errors.ReductionTypeError, ValueError) and issubclass(
+        errors.DtypeMismatchError, ValueError
+    )
     assert not issubclass(errors.ArgumentError, TypeError)
     assert not issubclass(errors.ArgumentTypeError, ValueError)
     assert set(errors.__all__) == {c.__name__ for c in expected} | {"MpicommError"}

@@ -1,0 +1,133 @@
+"""torch.distributed's backend names: ``Backend``, the deprecated ``reduce_op``, and the name a group keeps.
+
+Every backend a torch program names (``"gloo"``, ``"nccl"``, ``"GLOO"``, ``"cpu:gloo,cuda:nccl"``, ...)
+is served by MPI. The name is kept, lower-cased as torch keeps it, so that :func:`~mpicomm.get_backend`
+answers what the program asked for; the first name other than ``mpi`` warns once per process.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, ClassVar
+
+from ..errors import ArgumentError, ArgumentTypeError
+from .reduce_op import ReduceOp
+
+__all__ = ["Backend", "BackendWarning", "backend_name", "reduce_op"]
+
+
+class Backend(str):
+    """torch's ``Backend``: backend names as lower-case strings (``Backend.GLOO == "gloo"``).
+
+    ``Backend(name)`` parses ``name`` as torch does: a known name in any case gives the lower-case
+    constant, anything else the lower-cased string. Every one of them runs on MPI in mpicomm.
+
+    Example:
+        >>> from mpicomm import Backend
+        >>> Backend("GLOO") == Backend.GLOO == "gloo"
+        True
+        >>> Backend.NCCL
+        'nccl'
+    """
+
+    UNDEFINED: ClassVar[str] = "undefined"
+    GLOO: ClassVar[str] = "gloo"
+    NCCL: ClassVar[str] = "nccl"
+    UCC: ClassVar[str] = "ucc"
+    MPI: ClassVar[str] = "mpi"
+    XCCL: ClassVar[str] = "xccl"
+    FAKE: ClassVar[str] = "fake"
+    backend_list: ClassVar[list[str]] = [UNDEFINED, GLOO, NCCL, XCCL, UCC, MPI, FAKE]
+    default_device_backend_map: ClassVar[dict[str, str]] = {
+        "cpu": GLOO,
+        "cuda": NCCL,
+        "xpu": XCCL,
+        "mps": GLOO,
+    }
+
+    def __new__(cls, name: str) -> Backend:
+        """Parse ``name`` (any case) into a backend name.
+
+        Raises:
+            ArgumentError: ``name`` is not a string (torch raises ValueError too).
+        """
+        if not isinstance(name, str):
+            raise ArgumentError(f"Backend: name is {name!r}; expected a string such as 'gloo' or 'mpi'")
+        return super().__new__(cls, name.lower())
+
+
+class BackendWarning(UserWarning):
+    """A torch backend name other than ``mpi`` was given: the group runs on MPI all the same."""
+
+
+class _Warned:
+    once = False
+
+
+def backend_name(backend: object, fn: str, default: str = "mpi") -> str:
+    """The lower-case backend name of torch's ``backend`` argument (``default`` for None).
+
+    Accepts torch's names in any case and its device lists (``"cpu:gloo,cuda:nccl"``); the first
+    name other than ``mpi`` in a process warns once that MPI serves it.
+
+    Args:
+        backend: ``None``, a name such as ``"gloo"``, or ``"device:name,..."``.
+        fn: The calling function, for messages.
+        default: The name for ``None``.
+
+    Returns:
+        The name, lower-cased.
+
+    Raises:
+        ArgumentTypeError: ``backend`` is not a string.
+        ArgumentError: an unknown name or a malformed device list.
+
+    Example:
+        >>> backend_name("MPI", "init_process_group")
+        'mpi'
+    """
+    if backend is None:
+        return default
+    if not isinstance(backend, str):
+        raise ArgumentTypeError(
+            f"{fn}: backend is {backend!r}; expected a str such as 'gloo' or 'mpi', or None"
+        )
+    name = backend.strip().lower()
+    names = [part.split(":", 1)[1] if ":" in part else part for part in name.split(",")]
+    if (":" not in name and "," in name) or not all(n in Backend.backend_list for n in names):
+        raise ArgumentError(
+            f"{fn}: backend is {backend!r}; expected one of {Backend.backend_list[1:]} or a device list "
+            "such as 'cpu:gloo,cuda:nccl' (every one of them runs on MPI)"
+        )
+    if any(n != Backend.MPI for n in names) and not _Warned.once:
+        _Warned.once = True
+        warnings.warn(
+            f"{fn}: backend {backend!r} is served by MPI (mpicomm's only transport); get_backend() "
+            f"answers {name!r} as torch would",
+            BackendWarning,
+            stacklevel=4,  # backend_name <- check_backend <- init_process_group/new_group <- the caller
+        )
+    return name
+
+
+class _ReduceOpAlias:
+    """torch's deprecated ``reduce_op``: ``reduce_op.SUM`` is ``ReduceOp.SUM``, with a FutureWarning."""
+
+    _NAMES = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "AVG", "PREMUL_SUM")
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._NAMES:
+            raise AttributeError(f"reduce_op has no member {name!r}; expected one of {list(self._NAMES)}")
+        warnings.warn(
+            "reduce_op is deprecated (as in torch.distributed); use ReduceOp instead",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return getattr(ReduceOp, name)
+
+    def __repr__(self) -> str:
+        return "mpicomm.reduce_op"
+
+
+#: torch's deprecated alias of :class:`~mpicomm.ReduceOp`.
+reduce_op = _ReduceOpAlias()
