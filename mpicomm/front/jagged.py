@@ -102,7 +102,7 @@ class KJTAllToAllAwaitable(kjt.KJTAllToAllAwaitable):  # noqa: D101 (the host cl
     __slots__ = ("_model",)
 
     def __init__(self, inner: kjt.KJTAllToAllAwaitable, model: Any) -> None:
-        super().__init__(inner._work, inner._out)
+        super().__init__(inner._work, inner._out, inner._finish)
         self._model = model
 
     def wait(self) -> KeyedJaggedArray:
