@@ -14,7 +14,7 @@ from ..dense import alltoall, batch, gathers, p2p, reductions
 from ..errors import ArgumentTypeError
 from ..gpu import direct, pipeline
 from ..jagged import exchange
-from . import kinds
+from . import kinds, sparse
 from .door import BOTH, READ, WRITE, front_door
 
 __all__ = [
@@ -40,7 +40,9 @@ __all__ = [
     "sendrecv",
 ]
 
-all_reduce = front_door("all_reduce", {"tensor": BOTH}, pipelined=pipeline.all_reduce)(reductions.all_reduce)
+all_reduce = front_door(
+    "all_reduce", {"tensor": BOTH}, pipelined=pipeline.all_reduce, sparse=sparse.all_reduce_sparse
+)(reductions.all_reduce)
 broadcast = front_door("broadcast", {"tensor": BOTH}, direct=direct.broadcast, pipelined=pipeline.broadcast)(
     reductions.broadcast
 )

@@ -51,6 +51,7 @@ def front_door(
     pipelined: Callable[..., Any] | None = None,
     returns: str | None = None,
     validated: bool = True,
+    sparse: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]:
     """Make ``host`` the public call ``fn``, taking every array kind in the arguments of ``roles``.
 
@@ -69,6 +70,8 @@ def front_door(
             allocates none).
         validated: Whether the call takes part in validation mode's exchange (False for
             point-to-point calls).
+        sparse: The implementation (same signature) for a torch sparse COO tensor in the first
+            array argument; without one, sparse tensors are refused by name.
 
     Returns:
         The decorator.
@@ -76,6 +79,7 @@ def front_door(
 
     def wrap(host: F) -> F:
         plan = _Plan(fn, host, roles, direct, pipelined, returns, validated)
+        plan.sparse = sparse
         return functools.update_wrapper(plan.generate(), host)  # type: ignore[return-value]
 
     return wrap
@@ -104,6 +108,7 @@ class _Plan:
         self.slots = [(self.names.index(arg), arg, role) for arg, role in roles.items()]
         self.flag = self.names.index("async_op") if "async_op" in self.names else -1
         self.model = self.names.index(returns) if returns is not None else -1
+        self.sparse: Callable[..., Any] | None = None
 
     def generate(self) -> Callable[..., Any]:
         """The wrapper, with ``host``'s parameters.
@@ -198,6 +203,9 @@ class _Plan:
         flag = self.flag
         if flag >= 0 and values[flag] is not True and values[flag] is not False:
             check_flag(self.fn, tuple(values), {}, flag)
+        first = values[self.slots[0][0]]
+        if self.sparse is not None and kinds.kind_of(first) == kinds.TORCH and first.is_sparse:
+            return self.sparse(*values)
         seen: dict[int, Any] = {}  # id(view) -> the caller's array
         device = False
         for pos, arg, role in self.slots:

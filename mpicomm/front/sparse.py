@@ -2,9 +2,9 @@
 
 torch's Gloo backend reduces a sparse COO tensor in ``all_reduce`` by gathering all ranks'
 non-zeros and summing duplicates; only SUM is defined. :func:`all_reduce_sparse` does the same.
-``mpicomm.all_reduce`` is the front door's and refuses sparse tensors by name; routing them here
-needs a hook in the door's slow path (a sparse tensor never reaches the numpy fast path), which
-keeps dense calls at their cost. torch is imported only when a sparse tensor arrives.
+``mpicomm.all_reduce`` hands a sparse tensor here from the front door's slow path (a sparse
+tensor never reaches the numpy fast path), which keeps dense calls at their cost. torch is imported
+only when a sparse tensor arrives.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import numpy as np
+
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work, completed
+from ..dense import gathers
 from ..errors import ArgumentError, ArgumentTypeError
-from . import collectives
+from . import kinds
 
 __all__ = ["all_reduce_sparse", "is_sparse"]
 
@@ -92,13 +95,14 @@ def all_reduce_sparse(
     local = tensor.coalesce()
     indices = local.indices().t().contiguous()  # one row of sparse_dim int64 per non-zero
     values = local.values().contiguous()
-    counts = torch.empty(g.size(), dtype=torch.int64)
-    collectives.all_gather_into_tensor(counts, torch.tensor([indices.shape[0]], dtype=torch.int64), g)
+    counts = np.empty(g.size(), dtype=np.int64)
+    gathers.all_gather_into_tensor(counts, np.array([indices.shape[0]], dtype=np.int64), g)
     sizes = counts.tolist()
     all_indices = [torch.empty((n, indices.shape[1]), dtype=indices.dtype) for n in sizes]
     all_values = [torch.empty((n, *values.shape[1:]), dtype=values.dtype) for n in sizes]
-    collectives.all_gather(all_indices, indices, g)
-    collectives.all_gather(all_values, values, g)
+    for outs, mine, arg in ((all_indices, indices, "indices"), (all_values, values, "values")):
+        views = [kinds.torch_view(t, fn, arg, write=True) for t in outs]
+        gathers.all_gather(views, kinds.torch_view(mine, fn, arg, write=False), g)
     total = torch.sparse_coo_tensor(
         torch.cat(all_indices).t(), torch.cat(all_values), tuple(tensor.shape), dtype=tensor.dtype
     ).coalesce()

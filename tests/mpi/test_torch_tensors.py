@@ -239,11 +239,11 @@ def test_array_interface_and_dlpack_objects(world: mpicomm.ProcessGroup, rng: An
 @pytest.mark.parametrize(
     ("make", "words"),
     [
-        (lambda: torch.ones(3).to_sparse(), ("all_reduce", "tensor", "sparse", "to_dense")),
-        (lambda: torch.ones(3, device="meta"), ("all_reduce", "tensor", "meta")),
-        (lambda: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8), ("all_reduce", "quantized")),
-        (lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), ("all_reduce", "nested")),
-        (lambda: torch.ones(3, dtype=torch.complex64).conj(), ("all_reduce", "conjugate", "resolve_conj")),
+        (lambda: torch.ones(3).to_sparse(), ("broadcast", "tensor", "sparse", "to_dense")),
+        (lambda: torch.ones(3, device="meta"), ("broadcast", "tensor", "meta")),
+        (lambda: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8), ("broadcast", "quantized")),
+        (lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), ("broadcast", "nested")),
+        (lambda: torch.ones(3, dtype=torch.complex64).conj(), ("broadcast", "conjugate", "resolve_conj")),
     ],
     ids=["sparse", "meta", "quantized", "nested", "lazy-conj-output"],
 )
@@ -252,7 +252,7 @@ def test_tensors_mpicomm_cannot_write_are_refused_by_name(
 ) -> None:
     t = make()
     with pytest.raises((ArgumentTypeError, ArgumentError)) as info:
-        mpicomm.all_reduce(t)
+        mpicomm.broadcast(t, src=0)
     for word in words:
         assert word in str(info.value)
 
@@ -373,3 +373,16 @@ def test_safe_mode_refuses_a_forged_tensor_rebuild(args: Any, words: str) -> Non
 
     with pytest.raises(UnpicklingRefusedError, match=words):
         loads(pickle.dumps(Forged(), protocol=5), safe=True)
+
+
+def test_all_reduce_of_a_sparse_tensor_sums_the_non_zeros_as_gloo(
+    world: mpicomm.ProcessGroup, rng: Any
+) -> None:
+    w, r = world.size(), world.rank()
+    dense = rng.integers(0, 3, (w, 6)) * (rng.random((w, 6)) < 0.4)  # rank i's tensor: dense[i]
+    t = torch.from_numpy(dense[r].astype(np.float64)).to_sparse()
+    mpicomm.all_reduce(t)
+    assert t.is_sparse
+    np.testing.assert_array_equal(t.to_dense().numpy(), dense.sum(axis=0))
+    with pytest.raises(ArgumentError, match=r"ReduceOp\.SUM"):
+        mpicomm.all_reduce(torch.ones(2).to_sparse(), op=ReduceOp.MAX)

@@ -43,11 +43,6 @@ def out_of_scope(name: str) -> str | None:
 
 #: Tests that pass on torch's Gloo and may fail on mpicomm, with the reason (docs/torch.rst).
 KNOWN_DIFFERENCES: dict[str, str] = {
-    "test_sparse_all_reduce_sum": (
-        "dist.all_reduce refuses sparse COO tensors by name: routing them to all_reduce_sparse (which "
-        "sums them as Gloo does) needs a hook in the front door's slow path, which belongs to the "
-        "front-door work (mpicomm/front/door.py)"
-    ),
     "test_all_reduce_complex_unsupported_ops": (
         "mpicomm multiplies complex numbers (PRODUCT: MPI_PROD is defined on complex types); torch "
         "refuses PRODUCT on complex tensors because it reduces their view_as_real pairs, where an "
