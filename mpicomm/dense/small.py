@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..core import fast
-from ..core.buffers import staged
+from ..core.buffers import _DATATYPES, staged
 from ..core.groups import ProcessGroup
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work
@@ -41,29 +41,30 @@ def _owner(x: np.ndarray) -> Any:
     return base if type(base) is np.ndarray and base.base is None else None
 
 
-def _entries(xs: Any, size: int, dt: Any, write: bool) -> list[np.ndarray] | None:
-    """``xs`` if it is a list of ``size`` plain arrays of datatype ``dt`` (writeable if ``write``)."""
+def _entries(xs: Any, size: int, dt: Any, n: int, write: bool, owners: set[int]) -> bool:
+    """Whether ``xs`` is a list of ``size`` plain arrays of datatype ``dt`` and ``n`` elements each.
+
+    Plain: C-contiguous numpy (writeable if ``write``), at most :data:`SMALL` bytes, owning its memory
+    or a view of an array that owns it. Outputs (``write``) must have owners distinct from each
+    other and from those already in ``owners``, which collects them; inputs must not share one.
+    One loop, no generators: this is the whole cost of a common small call's checks.
+    """
     if type(xs) is not list or len(xs) != size:
-        return None
-    test = fast.dt_out if write else fast.dt_in
+        return False
     for x in xs:
-        if test(x) is not dt or x.nbytes > SMALL:
-            return None
-    return xs
-
-
-def _apart(outs: list[np.ndarray], ins: list[np.ndarray], same_ok: int = -1) -> bool:
-    """Whether no output shares an owner with another output or an input (``same_ok``: own slot)."""
-    owners = [_owner(o) for o in outs]
-    if any(o is None for o in owners):
-        return False
-    seen = {id(o) for o in owners}
-    if len(seen) != len(owners):
-        return False
-    for j, x in enumerate(ins):
-        owner = _owner(x)
-        if owner is None or (id(owner) in seen and not (j == same_ok and x is outs[j])):
+        if type(x) is not np.ndarray or x.size != n or x.nbytes > SMALL:
             return False
+        flags = x.flags
+        if not flags.c_contiguous or (write and not flags.writeable) or _DATATYPES.get(x.dtype) is not dt:
+            return False
+        owner = _owner(x)
+        if owner is None:
+            return False
+        key = id(owner)
+        if key in owners:
+            return False
+        if write:
+            owners.add(key)
     return True
 
 
@@ -87,9 +88,12 @@ def small(sizes: list[int], itemsize: int) -> bool:
 def all_gather(w: ProcessGroup, outs: Any, x: Any) -> bool:
     """Serve a common ``all_gather`` (see the module), or return False."""
     dt = fast.dt_in(x)
-    if dt is None or x.nbytes > SMALL or _entries(outs, w._size, dt, write=True) is None:
+    if dt is None or x.nbytes > SMALL:
         return False
-    if any(o.size != x.size for o in outs) or not _apart(outs, [x]):
+    owners: set[int] = set()
+    if not _entries(outs, w._size, dt, x.size, True, owners) or not _entries(
+        [x], 1, dt, x.size, False, owners
+    ):
         return False
     gather_small(w.comm, outs, x, dt)
     return True
@@ -103,7 +107,7 @@ def gather_small(comm: Any, outs: list[np.ndarray], x: np.ndarray, dt: Any, asyn
     """
     n = x.size
     tmp = np.empty(len(outs) * n, x.dtype)
-    send = np.ascontiguousarray(x)
+    send = x if x.flags.c_contiguous else np.ascontiguousarray(x)
     if async_op:
         req = comm.Iallgather([send, dt], [tmp, dt])
         return Work(
@@ -119,10 +123,10 @@ def reduce_scatter(w: ProcessGroup, out: Any, ins: Any, op: Any) -> bool:
     if type(op) is not ReduceOp or not op._plain or fast.dt_out(out) is None or out.nbytes > SMALL:
         return False
     pair = op._ops.get(out.dtype)
-    n = out.size
-    if pair is None or _entries(ins, w._size, pair[0], write=False) is None or any(x.size != n for x in ins):
+    owners: set[int] = set()
+    if pair is None or not _entries([out], 1, pair[0], out.size, True, owners):
         return False
-    if not _apart([out], ins):
+    if not _entries(ins, w._size, pair[0], out.size, False, owners):
         return False
     reduce_scatter_small(w.comm, out, ins, pair[0], pair[1])
     return True

@@ -25,6 +25,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import numpy as np
+
 from ..core import validation
 from ..core.calls import check_flag, failed
 from ..core.work import Work
@@ -247,7 +249,12 @@ class _Plan:
 
 def _all_numpy(value: Any) -> bool:
     """Whether ``value`` is a list or tuple of numpy arrays only (the list forms' fast path)."""
-    return _KINDS.get(type(value)) is kinds.LIST and all(_KINDS.get(type(v)) is kinds.NUMPY for v in value)
+    if _KINDS.get(type(value)) is not kinds.LIST:
+        return False
+    for v in value:  # noqa: SIM110 (a plain loop: a generator costs more than the short list it checks)
+        if type(v) is not np.ndarray:
+            return False
+    return True
 
 
 def _answer(out: Any, seen: dict[int, Any], model: Any) -> Any:

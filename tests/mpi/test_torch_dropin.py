@@ -216,9 +216,10 @@ def test_all_reduce_sparse_sums_every_ranks_non_zeros(world, dense_dims):
         TypeError, match="all_reduce_sparse: tensor is a Tensor; expected a torch sparse COO tensor"
     ):
         dist.all_reduce_sparse(torch.ones(2))
-    # all_reduce itself refuses sparse tensors by name (the door has no sparse hook yet)
-    with pytest.raises(TypeError, match=r"all_reduce: tensor is a torch tensor with layout torch\.sparse"):
-        dist.all_reduce(make(r))
+    # all_reduce itself hands sparse tensors to all_reduce_sparse
+    t2 = make(r)
+    assert dist.all_reduce(t2) is None
+    np.testing.assert_array_equal(t2.to_dense().numpy(), expected.numpy())
 
 
 @pytest.mark.mpi(min_size=1)
