@@ -18,7 +18,7 @@ from . import validation
 from .buffers import _DATATYPES
 from .groups import ProcessGroup, _State
 
-__all__ = ["TAG_UB_MIN", "dt_in", "dt_out", "world"]
+__all__ = ["TAG_UB_MIN", "apart", "dt_in", "dt_out", "world"]
 
 #: MPI guarantees tags up to 32767 on every implementation (``MPI_TAG_UB`` is at least that).
 TAG_UB_MIN = 32767
@@ -65,3 +65,28 @@ def dt_out(x: Any) -> Any:
         if flags.c_contiguous and flags.writeable:
             return _DATATYPES.get(x.dtype)
     return None
+
+
+def apart(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether numpy arrays ``a`` and ``b`` share no memory, told cheaply where ownership tells it.
+
+    Two arrays that own their memory, or are views of two different arrays that own theirs (numpy
+    collapses a view's base to the owner), cannot overlap; anything else (a base that is not a
+    numpy array, such as a torch tensor's) asks ``numpy.may_share_memory``.
+
+    Example:
+        >>> import numpy as np
+        >>> x = np.zeros(4)
+        >>> apart(x, np.zeros(4)), apart(x, x[1:])
+        (True, False)
+    """
+    oa, ob = a.base, b.base
+    if oa is None:
+        oa = a
+    elif type(oa) is not np.ndarray or oa.base is not None:
+        return not np.may_share_memory(a, b)
+    if ob is None:
+        ob = b
+    elif type(ob) is not np.ndarray or ob.base is not None:
+        return not np.may_share_memory(a, b)
+    return oa is not ob

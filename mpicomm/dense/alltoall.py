@@ -150,7 +150,7 @@ def all_to_all_single(
     w = fast.world(group, async_op)
     if w is not None:
         dt = fast.dt_out(output)
-        if dt is not None and fast.dt_in(input) is dt and not np.may_share_memory(output, input):
+        if dt is not None and fast.dt_in(input) is dt and fast.apart(output, input):
             if output_split_sizes is None and input_split_sizes is None:
                 if output.shape == input.shape and output.ndim and input.shape[0] % w._size == 0:
                     w.comm.Alltoall([input, dt], [output, dt])

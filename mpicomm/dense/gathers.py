@@ -163,7 +163,7 @@ def all_gather_into_tensor(
             dt is not None
             and fast.dt_in(input_tensor) is dt
             and output_tensor.size == w._size * input_tensor.size
-            and not np.may_share_memory(output_tensor, input_tensor)
+            and fast.apart(output_tensor, input_tensor)
         ):
             w.comm.Allgather([input_tensor, dt], [output_tensor, dt])
             return None

@@ -508,7 +508,7 @@ def reduce_scatter_tensor(
             pair is not None
             and fast.dt_out(output) is pair[0]
             and input.size == w._size * output.size
-            and not np.may_share_memory(output, input)
+            and fast.apart(output, input)
         ):
             w.comm.Reduce_scatter_block([input, pair[0]], [output, pair[0]], pair[1])
             return None
