@@ -108,14 +108,14 @@ def all_reduce(
         return None
     # Fast path (an 8-byte all_reduce costs about 2 us in MPI, so every check here counts): a
     # cached (datatype, op) pair for a numpy array and a plain MPI op; everything else goes through
-    # _all_reduce_checked. mpi4py refuses a read-only or non-contiguous buffer before calling MPI.
+    # _all_reduce_checked. mpi4py refuses a read-only or non-contiguous buffer before calling MPI;
+    # the front door has checked that async_op is a bool.
     try:
         dt, mop = op._ops[tensor.dtype]
     except (KeyError, AttributeError, TypeError):
         return _all_reduce_checked(tensor, op, g, async_op)
     if (
         type(tensor) is not np.ndarray
-        or type(async_op) is not bool
         or not tensor.flags.c_contiguous
         or validation._Flag.on
         or not op._plain
