@@ -20,6 +20,7 @@ import numpy as np
 import mpicomm
 
 from ... import _mpi, sizes
+from ...core.control import allgather_texts
 from ...errors import MpicommError
 
 if TYPE_CHECKING:
@@ -209,9 +210,23 @@ def quiet_gate(ctl: MPI.Intracomm, cores: float, wait: float) -> bool:
         time.sleep(0.1)
         b1, t1 = _busy_jiffies()
         used = (b1 - b0) / (t1 - t0) * (os.cpu_count() or 1) if t1 > t0 else 0.0
-        quiet, late = ctl.bcast((used < cores, time.monotonic() > deadline), root=0)
+        flags = np.array([used < cores, time.monotonic() > deadline], np.uint8)
+        ctl.Bcast(flags, root=0)
+        quiet, late = bool(flags[0]), bool(flags[1])
         if quiet or late:
             return bool(quiet)
+
+
+def largest(ctl: MPI.Intracomm, value: float) -> float:
+    """The largest ``value`` over the ranks (a float64 ``Allreduce``: the harness pickles nothing)."""
+    buf = np.array([value], np.float64)
+    ctl.Allreduce(_mpi.MPI.IN_PLACE, buf, op=_mpi.MPI.MAX)
+    return float(buf[0])
+
+
+def everywhere(ctl: MPI.Intracomm, flag: bool) -> bool:
+    """Whether ``flag`` holds on every rank."""
+    return largest(ctl, 0.0 if flag else 1.0) == 0.0
 
 
 def _timed(ctl: MPI.Intracomm, fn: Call, k: int) -> float:
@@ -221,7 +236,7 @@ def _timed(ctl: MPI.Intracomm, fn: Call, k: int) -> float:
     for _ in repeat(None, k):
         fn()
     elapsed = time.perf_counter() - t0
-    return float(ctl.allreduce(elapsed / k, op=_mpi.MPI.MAX))
+    return largest(ctl, elapsed / k)
 
 
 def calibrate(ctl: MPI.Intracomm, fn: Call, target: float) -> int:
@@ -237,7 +252,7 @@ def calibrate(ctl: MPI.Intracomm, fn: Call, target: float) -> int:
             break
         k = min(MAX_REPS, max(2 * k, math.ceil(target / 4 / per_call)))
     k = min(MAX_REPS, max(1, math.ceil(target / per_call)))
-    return int(ctl.allreduce(k, op=_mpi.MPI.MAX))
+    return int(largest(ctl, k))
 
 
 def check(ctl: MPI.Intracomm, a: Contender, b: Contender) -> bool:
@@ -246,7 +261,7 @@ def check(ctl: MPI.Intracomm, a: Contender, b: Contender) -> bool:
     b[0]()
     flat_a, flat_b = (np.concatenate([o.ravel() for o in x[1]] or [np.empty(0, F32)]) for x in (a, b))
     ok = bool(np.array_equal(flat_a, flat_b))
-    return bool(ctl.allreduce(ok, op=_mpi.MPI.LAND))
+    return everywhere(ctl, ok)
 
 
 def fmt_time(t: float) -> str:
@@ -294,7 +309,7 @@ def machine(ctl: MPI.Intracomm) -> dict[str, Any]:
     """Where the run happened: host, cores, CPU, OS, library versions, world size, load."""
     import mpi4py
 
-    hosts = sorted(set(ctl.allgather(platform.node())))
+    hosts = sorted({text.decode() for _, text in allgather_texts(ctl, 0, platform.node().encode())})
     cpu = ""
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")

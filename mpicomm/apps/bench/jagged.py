@@ -20,7 +20,7 @@ from ...jagged import kjt
 from ...jagged import plan as kjt_plan
 from ...jagged.exchange import JaggedResult
 from .dense import _displs, split_counts
-from .harness import F32, Buffers, Call, Contender, Env, _data, _medians, fmt_time
+from .harness import F32, Buffers, Call, Contender, Env, _data, _medians, everywhere, fmt_time, largest
 from .report import line
 
 # The jagged all-to-all: KJTAllToAll against the raw two-step (Alltoall of int64 counts, allocate,
@@ -206,7 +206,7 @@ def jagged_realistic(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> di
     The placed path (MPI writes each segment to its final place with indexed datatypes) has no recat.
     """
     kja, splits = realistic_input(e.rank, e.n)
-    ok = bool(ctl.allreduce(_realistic_check(e, kja, splits), op=_mpi.MPI.LAND))
+    ok = everywhere(ctl, bool(_realistic_check(e, kja, splits)))
     t = _medians(ctl, _phases(e, kja, splits), args)
     paths = {}
     for path, recat in (("placed", 0.0), ("gather", t["recat"])):
@@ -214,7 +214,7 @@ def jagged_realistic(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> di
         values = total - t["counts"] - recat
         paths[path] = {"total": total, "counts": t["counts"], "values": values, "recat": recat}
         paths[path]["recat_share"] = recat / total
-    nbytes = int(ctl.allreduce(kja.values().nbytes, op=_mpi.MPI.MAX))
+    nbytes = int(largest(ctl, kja.values().nbytes))
     return {"check": ok, "ranks": e.n, "values_bytes_max": nbytes, "raw": t["raw"], "paths": paths}
 
 
