@@ -66,32 +66,15 @@ class P2POp:
 
 
 def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
-    """Start every send and receive of ``p2p_op_list``; wait on the Works returned.
+    """The host side of :func:`mpicomm.batch_isend_irecv` (its docstring says what it does).
 
-    All operations are checked first; then each is posted as one MPI non-blocking call, in list
-    order. Unlike NCCL, MPI needs no matching order between ranks, so any pattern (a ring, a
-    halo exchange) works.
+    Every operation is checked, then each is posted as one MPI non-blocking call, in list order.
 
     Args:
-        p2p_op_list: The operations, all on the same group.
+        p2p_op_list: The operations (numpy arrays), all on the same group.
 
     Returns:
-        One Work per operation, in list order (no Work for an operation on a group this rank is not in).
-
-    Raises:
-        ArgumentTypeError: an entry is not a P2POp, or a tensor is not an array.
-        ArgumentError: an empty list, operations on different groups, bad peers, tags or buffers.
-
-    Example:
-        >>> import numpy as np, mpicomm
-        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
-        >>> got = np.empty(1)
-        >>> ops = [mpicomm.P2POp(mpicomm.isend, np.array([float(r)]), (r + 1) % w),
-        ...        mpicomm.P2POp(mpicomm.irecv, got, (r - 1) % w)]
-        >>> if w > 1:
-        ...     for work in mpicomm.batch_isend_irecv(ops):
-        ...         _ = work.wait()
-        ...     assert got[0] == (r - 1) % w
+        One Work per operation, in list order.
     """
     posts = _check(p2p_op_list)
     return [post() for post in posts]

@@ -84,9 +84,9 @@ def send(
     """
     fn = "send"
     w = fast.world(group, False)
-    if w is not None and group_dst is None and type(dst) is int and type(tag) is int:
+    if w is not None and fast.peer(w, dst, group_dst, tag):
         dt = fast.dt_in(tensor)
-        if dt is not None and 0 <= dst < w._size and dst != w._rank and 0 <= tag <= fast.TAG_UB_MIN:
+        if dt is not None:
             w.comm.Send([tensor, dt], dst, tag)
             return None
     g = resolve(group, fn)
@@ -135,11 +135,11 @@ def recv(
     """
     fn = "recv"
     w = fast.world(group, False)
-    if w is not None and group_src is None and type(src) is int and type(tag) is int:
+    if w is not None and fast.peer(w, src, group_src, tag):
         dt = fast.dt_out(tensor)
-        if dt is not None and 0 <= src < w._size and src != w._rank and 0 <= tag <= fast.TAG_UB_MIN:
+        if dt is not None:
             w.comm.Recv([tensor, dt], src, tag)
-            return src
+            return src  # type: ignore[return-value]
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
