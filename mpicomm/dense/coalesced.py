@@ -92,12 +92,7 @@ def all_reduce_coalesced(
 ) -> Work | None:
     """Reduce every array of ``tensors`` over the group in one MPI call; each gets the result in place.
 
-    ======  ===================  ===================
-    rank    tensors in           tensors out (SUM)
-    ======  ===================  ===================
-    0       [[1, 2], [3]]        [[4, 6], [8]]
-    1       [[3, 4], [5]]        [[4, 6], [8]]
-    ======  ===================  ===================
+    The host side of :func:`mpicomm.all_reduce_coalesced` (its docstring has the rank table).
 
     Args:
         tensors: Arrays of one dtype (or one array), any shapes, the same list on every rank.

@@ -30,12 +30,13 @@ from ..gpu.cuda_aware import cuda_awareness
 from ..gpu.staged import StagedWork, Staging
 from . import kinds
 
-__all__ = ["PATHS", "on_device"]
+__all__ = ["BOTH", "PATHS", "READ", "WRITE", "on_device"]
 
 #: Calls per (function, path) in this process, e.g. ``PATHS["all_reduce", "staged"]``.
 PATHS: Counter[tuple[str, str]] = Counter()
 
-_READ, _WRITE, _BOTH = "read", "write", "both"
+#: Roles of array arguments: read (input), written (output), or both (the front door names them).
+READ, WRITE, BOTH = "read", "write", "both"
 
 
 def on_device(
@@ -121,7 +122,7 @@ def _staged(
             value = bound.arguments.get(arg)
             if value is None:
                 continue
-            read, write = role in (_READ, _BOTH), role in (_WRITE, _BOTH)
+            read, write = role in (READ, BOTH), role in (WRITE, BOTH)
             if isinstance(value, (list, tuple)):
                 bound.arguments[arg] = [stage.host(x, read, write) for x in value]
                 shown.extend(value if write else [])

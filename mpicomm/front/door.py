@@ -31,14 +31,12 @@ from ..core import validation
 from ..core.calls import check_flag, failed
 from ..core.work import Work
 from . import kinds
-from .device import on_device
+from .device import BOTH, READ, WRITE, on_device
 
 __all__ = ["BOTH", "READ", "WRITE", "front_door"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Roles of array arguments: read (input), written (output), or both.
-READ, WRITE, BOTH = "read", "write", "both"
 
 _KINDS = kinds._KINDS
 _PLAIN = (kinds.NUMPY, kinds.OTHER, kinds.LIST)
@@ -80,8 +78,7 @@ def front_door(
     """
 
     def wrap(host: F) -> F:
-        plan = _Plan(fn, host, roles, direct, pipelined, returns, validated)
-        plan.sparse = sparse
+        plan = _Plan(fn, host, roles, direct, pipelined, returns, validated, sparse)
         return functools.update_wrapper(plan.generate(), host)  # type: ignore[return-value]
 
     return wrap
@@ -99,6 +96,7 @@ class _Plan:
         pipelined: Callable[..., Any] | None,
         returns: str | None,
         validated: bool,
+        sparse: Callable[..., Any] | None = None,
     ) -> None:
         self.fn, self.host, self.roles, self.validated = fn, host, roles, validated
         self.direct, self.pipelined, self.returns = direct, pipelined, returns
@@ -110,7 +108,7 @@ class _Plan:
         self.slots = [(self.names.index(arg), arg, role) for arg, role in roles.items()]
         self.flag = self.names.index("async_op") if "async_op" in self.names else -1
         self.model = self.names.index(returns) if returns is not None else -1
-        self.sparse: Callable[..., Any] | None = None
+        self.sparse = sparse
 
     def generate(self) -> Callable[..., Any]:
         """The wrapper, with ``host``'s parameters.

@@ -16,7 +16,9 @@ May import: ``mpicomm.core``, ``mpicomm.errors``, ``mpicomm._mpi``.
 
 from __future__ import annotations
 
+from ..core.calls import collective
 from .exchange import JaggedResult
+from .exchange import jagged_all_to_all as _host_jagged_all_to_all
 from .jagged_array import JaggedArray
 from .keyed import KeyedJaggedArray
 from .kjt import KJTAllToAll, KJTAllToAllAwaitable
@@ -27,4 +29,10 @@ __all__ = [
     "KJTAllToAll",
     "KJTAllToAllAwaitable",
     "KeyedJaggedArray",
+    "jagged_all_to_all",
 ]
+
+#: The host (numpy) call under its old import path, as it was before the front door: one-rank
+#: mistakes and MPI errors handled as in every collective. ``mpicomm.jagged_all_to_all`` is the
+#: front door's and also takes torch tensors and device arrays.
+jagged_all_to_all = collective("jagged_all_to_all")(_host_jagged_all_to_all)
