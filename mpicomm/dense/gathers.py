@@ -30,8 +30,8 @@ from ..core.buffers import (
 from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError
-from . import small
-from .exchange import ALL_GATHER, GATHER, SCATTER, copy_own, exchange, finish
+from . import placed, small
+from .exchange import ALL_GATHER, copy_own, exchange, finish
 
 __all__ = ["all_gather", "all_gather_into_tensor", "all_gather_single", "gather", "scatter"]
 
@@ -96,9 +96,8 @@ def all_gather(
         validation.check(
             g, fn, {"dtype": str(tensor.dtype)}, [tensor.size] * g.size(), [o.size for o in outs]
         )
-    if small.small([o.size for o in outs], tensor.itemsize):
-        work: Work | None = small.gather_small(g.comm, outs, tensor, datatype(tensor.dtype), async_op)
-        return work
+    if max(o.size for o in outs) * tensor.itemsize <= small.SMALL:
+        return placed.all_gather(g.comm, outs, tensor, g.rank(), async_op)
     me = g.rank()
     peers = [p for p in range(g.size()) if p != me]
     posts: list[Any] = []
@@ -233,8 +232,8 @@ def gather(
 ) -> Work | None:
     """Gather ``tensor`` from every rank into ``gather_list`` on the destination rank.
 
-    Sizes may differ between ranks; ``gather_list[r]`` must have rank r's size. Each entry is
-    received where it lies (see :mod:`mpicomm.dense.exchange`).
+    Sizes may differ between ranks; ``gather_list[r]`` must have rank r's size. One
+    ``MPI_Gatherv`` fills every entry where it lies (see :mod:`mpicomm.dense.placed`).
 
     Args:
         tensor: This rank's input.
@@ -262,6 +261,9 @@ def gather(
         True
     """
     fn = "gather"
+    w = fast.world(group, async_op)
+    if w is not None and group_dst is None and placed.gather_fast(w, tensor, gather_list, dst):
+        return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
@@ -273,14 +275,7 @@ def gather(
         sends = [tensor.size if r == root else 0 for r in range(g.size())]
         recvs = [o.size for o in outs] if outs else [0] * g.size()
         validation.check(g, fn, {"dtype": str(tensor.dtype), "dst": root}, sends, recvs)
-    if outs is None:
-        requests = exchange(g, {}, {root: tensor}, GATHER)
-        return finish(requests, async_op, tensor, [])
-    peers = [p for p in range(g.size()) if p != root]
-    posts: list[Any] = []
-    requests = exchange(g, {p: outs[p] for p in peers}, {}, GATHER, posts)
-    copy_own(outs[root], tensor)
-    return finish(requests, async_op, (tensor, outs), outs, posts)
+    return placed.gather(g.comm, tensor, outs, root, async_op)
 
 
 def _root_list(
@@ -325,7 +320,8 @@ def scatter(
 ) -> Work | None:
     """Send ``scatter_list[r]`` from the source rank into ``tensor`` on rank r.
 
-    Sizes may differ between ranks; each entry is sent from where it lies.
+    Sizes may differ between ranks; one ``MPI_Scatterv`` reads every entry where it lies (see
+    :mod:`mpicomm.dense.placed`).
 
     Args:
         tensor: Output on every rank, writeable, any layout.
@@ -353,6 +349,9 @@ def scatter(
         True
     """
     fn = "scatter"
+    w = fast.world(group, async_op)
+    if w is not None and group_src is None and placed.scatter_fast(w, tensor, scatter_list, src):
+        return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
@@ -364,11 +363,4 @@ def scatter(
         sends = [i.size for i in ins] if ins else [0] * g.size()
         recvs = [out.size if r == root else 0 for r in range(g.size())]
         validation.check(g, fn, {"dtype": str(out.dtype), "src": root}, sends, recvs)
-    if ins is None:
-        posts: list[Any] = []
-        requests = exchange(g, {root: out}, {}, SCATTER, posts)
-        return finish(requests, async_op, out, [out], posts)
-    peers = [p for p in range(g.size()) if p != root]
-    requests = exchange(g, {}, {p: ins[p] for p in peers}, SCATTER)
-    copy_own(out, ins[root])
-    return finish(requests, async_op, (out, ins), [out])
+    return placed.scatter(g.comm, out, ins, root, async_op)

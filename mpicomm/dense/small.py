@@ -1,18 +1,20 @@
-"""Small equal entries of ``all_gather`` and ``reduce_scatter``: one MPI collective through a temporary.
+"""Small entries of ``all_gather`` and ``reduce_scatter``: one MPI collective instead of W messages.
 
 The list forms move each rank's entry straight between list entries with point-to-point messages,
 which costs no copy and matches the one-array collective from 64 KiB up. Below that, the fixed cost
-of W messages dominates, so a call whose entries all have one size of at most :data:`SMALL` bytes
-packs into one temporary, makes the single MPI call and copies out.
+of W messages dominates, so a call whose entries are all at most :data:`SMALL` bytes makes one MPI
+call: ``all_gather`` an ``MPI_Allgatherv`` straight into its entries (:mod:`mpicomm.dense.placed`),
+``reduce_scatter`` (entries of one size) a ``Reduce_scatter_block`` of its packed inputs.
 
 Every rank must choose the same algorithm, so the choice depends only on what every rank of a
 correct call sees alike: the entry sizes (an ``all_gather``'s list holds every rank's size, as a
 ``reduce_scatter``'s inputs do) and the dtype. How a rank gets there is its own business:
 ``all_gather`` and ``reduce_scatter`` serve a common call (world group, blocking,
 validation off, C-contiguous numpy entries that share no memory) before any other check and return
-False for every other call; the general path checks it and then calls ``gather_small`` or
-``reduce_scatter_small`` when :func:`small` says so, whatever the layouts. ``gather``,
-``scatter`` and ``all_to_all`` have no such path: a rank there does not see the other ranks' sizes.
+False for every other call; the general path checks it and then calls
+:func:`mpicomm.dense.placed.all_gather` or ``reduce_scatter_small`` when :func:`small` says so,
+whatever the layouts. (``gather`` and ``scatter`` always make one v-collective: see
+:mod:`mpicomm.dense.placed`.)
 """
 
 from __future__ import annotations
@@ -22,57 +24,17 @@ from typing import Any
 import numpy as np
 
 from ..core import fast
-from ..core.buffers import _DATATYPES, staged
+from ..core.buffers import staged
 from ..core.groups import ProcessGroup
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work
+from . import placed
+from .placed import entries
 
-__all__ = ["SMALL", "all_gather", "gather_small", "reduce_scatter", "reduce_scatter_small", "small"]
+__all__ = ["SMALL", "all_gather", "reduce_scatter", "reduce_scatter_small", "small"]
 
-#: Bytes per entry up to which a list form goes through one collective and a temporary.
+#: Bytes per entry up to which a list form makes one collective call.
 SMALL = 64 << 10
-
-
-def _owner(x: np.ndarray) -> Any:
-    """The array that owns ``x``'s memory (numpy collapses a view's base to the owner), or None."""
-    base = x.base
-    if base is None:
-        return x
-    return base if type(base) is np.ndarray and base.base is None else None
-
-
-def _entries(xs: Any, size: int, dt: Any, n: int, write: bool, owners: set[int]) -> bool:
-    """Whether ``xs`` is a list of ``size`` plain arrays of datatype ``dt`` and ``n`` elements each.
-
-    Plain: C-contiguous numpy (writeable if ``write``), at most :data:`SMALL` bytes, owning its memory
-    or a view of an array that owns it. Outputs (``write``) must have owners distinct from each
-    other and from those already in ``owners``, which collects them; inputs must not share one.
-    One loop, no generators: this is the whole cost of a common small call's checks.
-    """
-    if type(xs) is not list or len(xs) != size:
-        return False
-    for x in xs:
-        if type(x) is not np.ndarray or x.size != n or x.nbytes > SMALL:
-            return False
-        flags = x.flags
-        if not flags.c_contiguous or (write and not flags.writeable) or _DATATYPES.get(x.dtype) is not dt:
-            return False
-        owner = _owner(x)
-        if owner is None:
-            return False
-        key = id(owner)
-        if key in owners:
-            return False
-        if write:
-            owners.add(key)
-    return True
-
-
-def _copy_out(outs: list[np.ndarray], tmp: np.ndarray, counts: list[int]) -> None:
-    start = 0
-    for o, n in zip(outs, counts, strict=True):
-        o[...] = tmp[start : start + n].reshape(o.shape)
-        start += n
 
 
 def small(sizes: list[int], itemsize: int) -> bool:
@@ -91,31 +53,12 @@ def all_gather(w: ProcessGroup, outs: Any, x: Any) -> bool:
     if dt is None or x.nbytes > SMALL:
         return False
     owners: set[int] = set()
-    if not _entries(outs, w._size, dt, x.size, True, owners) or not _entries(
+    if not entries(outs, w._size, dt, x.size, True, owners, SMALL) or not entries(
         [x], 1, dt, x.size, False, owners
     ):
         return False
-    gather_small(w.comm, outs, x, dt)
+    placed.all_gather(w.comm, outs, x, -1, False)
     return True
-
-
-def gather_small(comm: Any, outs: list[np.ndarray], x: np.ndarray, dt: Any, async_op: bool = False) -> Any:
-    """``Allgather`` of ``x`` (any layout) into a temporary, copied out into ``outs``.
-
-    Returns:
-        None, or a :class:`~mpicomm.Work` if ``async_op`` (it copies out when it completes).
-    """
-    n = x.size
-    tmp = np.empty(len(outs) * n, x.dtype)
-    send = x if x.flags.c_contiguous else np.ascontiguousarray(x)
-    if async_op:
-        req = comm.Iallgather([send, dt], [tmp, dt])
-        return Work(
-            [req], keep=(send, tmp), result=outs, finish=lambda: _copy_out(outs, tmp, [n] * len(outs))
-        )
-    comm.Allgather([send, dt], [tmp, dt])
-    _copy_out(outs, tmp, [n] * len(outs))
-    return None
 
 
 def reduce_scatter(w: ProcessGroup, out: Any, ins: Any, op: Any) -> bool:
@@ -124,9 +67,9 @@ def reduce_scatter(w: ProcessGroup, out: Any, ins: Any, op: Any) -> bool:
         return False
     pair = op._ops.get(out.dtype)
     owners: set[int] = set()
-    if pair is None or not _entries([out], 1, pair[0], out.size, True, owners):
+    if pair is None or not entries([out], 1, pair[0], out.size, True, owners, SMALL):
         return False
-    if not _entries(ins, w._size, pair[0], out.size, False, owners):
+    if not entries(ins, w._size, pair[0], out.size, False, owners, SMALL):
         return False
     reduce_scatter_small(w.comm, out, ins, pair[0], pair[1])
     return True

@@ -1,0 +1,302 @@
+"""Rooted gathers and scatters in one MPI call, straight into or out of the caller's list entries.
+
+torch's ``gather`` and ``scatter`` hand the root W separate arrays. A v-collective
+(``MPI_Gatherv``, ``MPI_Scatterv``, ``MPI_Allgatherv``) takes one buffer and one displacement per
+rank; counted from the entry that lies lowest in memory, the displacements reach every other entry
+where it lies, so one MPI call fills or reads every entry in place, with no temporary and no copy.
+
+Every rank of a call makes the same MPI call whatever its own layouts, so the wire never depends on
+what one rank alone sees (a non-root rank does not know the other ranks' sizes). How the root
+describes its side is its own business: entries that are C-contiguous, of one dtype and within a C
+``int`` of displacements of each other are reached in place (:func:`spread`); otherwise they go
+through one contiguous temporary, copied in before a scatter or out after a gather.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import _mpi
+from ..core import fast
+from ..core.buffers import _DATATYPES, address, datatype, message, recv_message
+from ..core.groups import ProcessGroup
+from ..core.work import Work
+
+__all__ = ["all_gather", "entries", "gather", "gather_fast", "scatter", "scatter_fast", "spread"]
+
+#: The largest displacement every MPI takes (a C int: Open MPI 5 has no MPI-4 large-count calls).
+INT_MAX = (1 << 31) - 1
+
+
+def spread(arrays: list[np.ndarray]) -> tuple[np.ndarray, list[int]] | None:
+    """The entry lowest in memory and each entry's displacement from it, in elements; or None.
+
+    None when an entry is not C-contiguous, when the entries differ in dtype, or when a
+    displacement is not a whole number of elements or does not fit a C int. Empty entries take
+    displacement 0 (MPI reads or writes nothing there).
+
+    Example:
+        >>> import numpy as np
+        >>> whole = np.zeros(10)
+        >>> base, displs = spread([whole[6:], whole[:2]])
+        >>> base is not None, displs
+        (True, [6, 0])
+        >>> spread([whole[::2], whole[:2]]) is None  # a strided entry
+        True
+    """
+    dtype = arrays[0].dtype
+    address = _mpi.MPI.Get_address
+    addresses = []
+    for a in arrays:
+        if a.dtype != dtype or not a.flags.c_contiguous:
+            return None
+        addresses.append(address(a) if a.size else -1)
+    placed = [v for v in addresses if v >= 0]
+    if not placed:
+        return arrays[0], [0] * len(arrays)
+    low = min(placed)
+    itemsize = dtype.itemsize
+    displs = []
+    for v in addresses:
+        if v < 0:
+            displs.append(0)
+            continue
+        d, rest = divmod(v - low, itemsize)
+        if rest or d > INT_MAX:
+            return None
+        displs.append(d)
+    return arrays[addresses.index(low)], displs
+
+
+def _owner(x: np.ndarray) -> Any:
+    """The array that owns ``x``'s memory (numpy collapses a view's base to the owner), or None."""
+    base = x.base
+    if base is None:
+        return x
+    return base if type(base) is np.ndarray and base.base is None else None
+
+
+def entries(xs: Any, size: int, dt: Any, n: int, write: bool, owners: set[int], limit: int = -1) -> bool:
+    """Whether ``xs`` is a list of ``size`` plain arrays of datatype ``dt`` and ``n`` elements each.
+
+    Plain: C-contiguous numpy (writeable if ``write``), at most ``limit`` bytes when ``limit`` is not
+    -1, owning its memory or a view of an array that owns it. Outputs (``write``) must have owners
+    distinct from each other and from those already in ``owners``, which collects them; inputs must
+    not share one. One loop, no generators: this is the whole cost of a common call's checks.
+
+    Example:
+        >>> import numpy as np
+        >>> from mpicomm.core.buffers import datatype
+        >>> xs = [np.zeros(2), np.zeros(2)]
+        >>> entries(xs, 2, datatype(xs[0].dtype), 2, True, set())
+        True
+        >>> whole = np.zeros(4)  # two views of one array: their overlap is not told cheaply
+        >>> entries([whole[:2], whole[2:]], 2, datatype(whole.dtype), 2, True, set())
+        False
+    """
+    if type(xs) is not list or len(xs) != size:
+        return False
+    for x in xs:
+        if type(x) is not np.ndarray or x.size != n or (limit >= 0 and x.nbytes > limit):
+            return False
+        flags = x.flags
+        if not flags.c_contiguous or (write and not flags.writeable) or _DATATYPES.get(x.dtype) is not dt:
+            return False
+        owner = _owner(x)
+        if owner is None:
+            return False
+        key = id(owner)
+        if key in owners:
+            return False
+        if write:
+            owners.add(key)
+    return True
+
+
+def gather_fast(w: ProcessGroup, x: Any, outs: Any, dst: Any) -> bool:
+    """Serve a common ``gather`` (world group, blocking, validation off, plain numpy), or return False.
+
+    The root's entries must have this rank's size (a call with uneven sizes takes the general path).
+    """
+    root = 0 if dst is None else dst
+    dt = fast.dt_in(x)
+    if dt is None or type(root) is not int or not 0 <= root < w._size:
+        return False
+    if w._rank != root:
+        if outs is not None:
+            return False
+        w.comm.Gatherv([x, dt], None, root)
+        return True
+    owners: set[int] = set()
+    if not entries(outs, w._size, dt, x.size, True, owners) or not entries([x], 1, dt, x.size, False, owners):
+        return False
+    placed = spread(outs)
+    if placed is None:
+        return False
+    w.comm.Gatherv([x, dt], [placed[0], ([x.size] * w._size, placed[1]), dt], root)
+    return True
+
+
+def scatter_fast(w: ProcessGroup, out: Any, ins: Any, src: Any) -> bool:
+    """Serve a common ``scatter`` (world group, blocking, validation off, plain numpy), or return False."""
+    root = 0 if src is None else src
+    dt = fast.dt_out(out)
+    if dt is None or type(root) is not int or not 0 <= root < w._size:
+        return False
+    if w._rank != root:
+        if ins is not None:
+            return False
+        w.comm.Scatterv(None, [out, dt], root)
+        return True
+    owners: set[int] = set()
+    if not entries([out], 1, dt, out.size, True, owners) or not entries(
+        ins, w._size, dt, out.size, False, owners
+    ):
+        return False
+    placed = spread(ins)
+    if placed is None:
+        return False
+    w.comm.Scatterv([placed[0], ([out.size] * w._size, placed[1]), dt], [out, dt], root)
+    return True
+
+
+def _packed(arrays: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
+    """One contiguous temporary with room for every entry, and the entries' displacements in it."""
+    counts = [a.size for a in arrays]
+    return np.empty(sum(counts), arrays[0].dtype), list(itertools.accumulate(counts, initial=0))[:-1]
+
+
+def _unpack(outs: list[np.ndarray], tmp: np.ndarray, displs: list[int]) -> Callable[[], None]:
+    def run() -> None:
+        for o, d in zip(outs, displs, strict=True):
+            o[...] = tmp[d : d + o.size].reshape(o.shape)
+
+    return run
+
+
+def _own(x: np.ndarray, slot: np.ndarray | None) -> Any:
+    """What a rank sends (or, for a scatter's root, receives) as its own entry ``slot`` of the list.
+
+    ``MPI_IN_PLACE`` when ``x`` is that very entry (torch's in-place idiom); a contiguous copy when
+    the two overlap otherwise, so MPI never sees aliased buffers; else ``x`` as it lies.
+    """
+    if slot is None or not np.may_share_memory(x, slot):
+        return None
+    same = x.flags.c_contiguous and slot.flags.c_contiguous and x.nbytes == slot.nbytes
+    if same and (x.size == 0 or address(x) == address(slot)):
+        return _mpi.MPI.IN_PLACE
+    return np.ascontiguousarray(x).copy()
+
+
+def _run(
+    call: Callable[..., Any],
+    icall: Callable[..., Any],
+    args: tuple[Any, ...],
+    async_op: bool,
+    keep: Any,
+    result: list[np.ndarray],
+    after: Callable[[], None] | None,
+) -> Work | None:
+    """The blocking ``call`` (then ``after``), or a Work over the non-blocking ``icall``."""
+    if async_op:
+        return Work([icall(*args)], keep=keep, result=result, finish=after)
+    call(*args)
+    if after is not None:
+        after()
+    return None
+
+
+def _into(
+    outs: list[np.ndarray], x: np.ndarray, slot: np.ndarray | None
+) -> tuple[Any, list[Any], Callable[[], None] | None, np.ndarray]:
+    """The send and receive specifications of a gather of ``x`` into ``outs``.
+
+    Returns:
+        ``(send, recv, after, buffer)``: ``after`` copies a temporary out into ``outs`` (None when
+        MPI writes the entries in place); ``buffer`` is what MPI writes, to keep alive.
+    """
+    counts = [o.size for o in outs]
+    placed = spread(outs)
+    send: Any = message(x)
+    after = None
+    if placed is None:
+        tmp, displs = _packed(outs)
+        after = _unpack(outs, tmp, displs)
+        placed = (tmp, displs)
+    elif slot is not None:
+        own = _own(x, slot)
+        if own is not None:
+            send = own if own is _mpi.MPI.IN_PLACE else message(own)
+    return send, [placed[0], (counts, placed[1]), datatype(outs[0].dtype)], after, placed[0]
+
+
+def gather(comm: Any, x: np.ndarray, outs: list[np.ndarray] | None, root: int, async_op: bool) -> Work | None:
+    """``MPI_Gatherv`` of ``x`` (any layout) into ``outs`` (the root's list, None elsewhere).
+
+    ``x`` may be the root's own entry ``outs[root]`` (sent ``MPI_IN_PLACE``).
+
+    Returns:
+        A Work if ``async_op``, else None once the entries are filled.
+    """
+    if outs is None:
+        return _run(comm.Gatherv, comm.Igatherv, (message(x), None, root), async_op, x, [], None)
+    send, recv, after, buf = _into(outs, x, outs[root])
+    return _run(comm.Gatherv, comm.Igatherv, (send, recv, root), async_op, (x, outs, buf), outs, after)
+
+
+def scatter(
+    comm: Any, out: np.ndarray, ins: list[np.ndarray] | None, root: int, async_op: bool
+) -> Work | None:
+    """``MPI_Scatterv`` of ``ins`` (the root's list, None elsewhere) into ``out`` (any layout).
+
+    ``out`` may be the root's own entry ``ins[root]`` (received ``MPI_IN_PLACE``).
+
+    Returns:
+        A Work if ``async_op``, else None once ``out`` is filled.
+    """
+    recv: Any
+    recv, after = recv_message(out)
+    if ins is None:
+        return _run(comm.Scatterv, comm.Iscatterv, (None, recv, root), async_op, out, [out], after)
+    counts = [i.size for i in ins]
+    placed = spread(ins)
+    if placed is None:
+        tmp, displs = _packed(ins)
+        for i, d in zip(ins, displs, strict=True):
+            tmp[d : d + i.size] = i.reshape(-1)
+        placed = (tmp, displs)
+    else:
+        own = _own(out, ins[root])
+        if own is _mpi.MPI.IN_PLACE:  # ``out`` is the root's own entry: MPI leaves it as it is
+            recv, after = own, None
+        elif own is not None:  # ``out`` overlaps the entries: written once MPI has read them
+            tmp = np.empty(out.shape, out.dtype)
+            recv, after = [tmp, datatype(out.dtype)], _copy_into(out, tmp)
+    send = [placed[0], (counts, placed[1]), datatype(ins[0].dtype)]
+    return _run(
+        comm.Scatterv, comm.Iscatterv, (send, recv, root), async_op, (out, ins, placed[0]), [out], after
+    )
+
+
+def _copy_into(out: np.ndarray, tmp: np.ndarray) -> Callable[[], None]:
+    def run() -> None:
+        out[...] = tmp
+
+    return run
+
+
+def all_gather(comm: Any, outs: list[np.ndarray], x: np.ndarray, me: int, async_op: bool) -> Work | None:
+    """``MPI_Allgatherv`` of ``x`` (any layout) into ``outs``, every rank's list.
+
+    ``x`` may be this rank's own entry ``outs[me]`` (sent ``MPI_IN_PLACE``); ``me`` -1 says the
+    caller knows they are apart.
+
+    Returns:
+        A Work if ``async_op``, else None once the entries are filled.
+    """
+    send, recv, after, buf = _into(outs, x, outs[me] if me >= 0 else None)
+    return _run(comm.Allgatherv, comm.Iallgatherv, (send, recv), async_op, (x, outs, buf), outs, after)
