@@ -10,6 +10,8 @@ unpickle with plain ``pickle``).
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,7 @@ import numpy as np
 from .. import _mpi
 from ..errors import CommunicationError
 
-__all__ = ["MAX_TEXT", "allgather_texts", "bcast_text", "decode", "memory_bound"]
+__all__ = ["MAX_TEXT", "PAYLOAD_ENV", "allgather_texts", "bcast_text", "decode", "memory_bound"]
 
 #: The longest text one rank sends in a control message, in bytes; a longer one is cut there.
 MAX_TEXT = 1 << 16
@@ -25,12 +27,53 @@ I8 = np.int64
 U8 = np.uint8
 
 
-def memory_bound() -> int:
-    """The most bytes a received header may claim: this node's physical memory."""
+#: The environment variable that caps what peers may make one rank allocate in one call.
+PAYLOAD_ENV = "MPICOMM_MAX_PAYLOAD"
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+class _Cap:
+    value: int | None = None  # None: not read yet (tests reset it after changing the environment)
+
+
+def physical_memory() -> int:
+    """This node's physical memory in bytes (2**48 where the platform does not say)."""
     try:
         return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):  # not every platform names these
         return 1 << 48
+
+
+def memory_bound() -> int:
+    """The most bytes that peers' claims may make this rank allocate in one call.
+
+    ``MPICOMM_MAX_PAYLOAD`` sets it, in bytes with an optional binary suffix (``8G``, ``512M``,
+    ``1T``); by default it is a quarter of this node's physical memory. Object headers, jagged
+    counts and KJT per-key counts are checked against it before anything is allocated for them. It
+    is read once per process; a value it cannot read gives a warning and the default.
+
+    Example:
+        >>> memory_bound() > 0
+        True
+    """
+    if _Cap.value is None:
+        _Cap.value = _read_cap(os.environ.get(PAYLOAD_ENV, ""))
+    return _Cap.value
+
+
+def _read_cap(text: str) -> int:
+    default = physical_memory() // 4
+    if not text.strip():
+        return default
+    found = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)(i?b)?\s*", text.lower())
+    if found is None or int(found[1]) <= 0:
+        warnings.warn(
+            f"{PAYLOAD_ENV}={text!r}: expected a positive number of bytes such as 8G or 536870912; "
+            f"using the default, {default} bytes (a quarter of this node's memory)",
+            stacklevel=3,
+        )
+        return default
+    return int(found[1]) * _UNITS[found[2]]
 
 
 def decode(data: Any) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core import validation
-from ..core.buffers import as_int_list
+from ..core.buffers import as_int_list, row_size
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
@@ -117,7 +117,7 @@ def jagged_all_to_all(
     header[:, _ROWS] = splits
     header[:, _VALUES] = np.diff(cum[bounds])
     header[:, _DTYPES] = _fingerprint(*dtypes)
-    got = _exchange_header(g, header, fn)
+    got = _exchange_header(g, header, fn, (lens.itemsize, vals.itemsize * row_size(vals)))
     recv_rows, recv_vals = got[:, _ROWS], got[:, _VALUES]
     out_l = np.empty(int(recv_rows.sum()), dtype=lens.dtype)
     out_v = np.empty((int(recv_vals.sum()), *vals.shape[1:]), dtype=vals.dtype)
