@@ -495,7 +495,7 @@ def scatter_object_list(
         g.comm.Scatter(None, row, root)
         source_msg = ""
     if row[0]:
-        raise_first([(int(row[0]), decode(bcast_text(g.comm, source_msg.encode(), root)))])
+        raise_first([(int(row[0]), decode(bcast_text(g.comm, source_msg.encode(), root, side=g.internal)))])
     check_counts(fn, [int(row[2])], [int(row[1]), int(row[3])], root)
     parts = None if streams is None else [as_bytes(x) for x in streams]
     stream = scatterv(g, parts, int(row[1]), int(row[3]), root)

@@ -257,7 +257,7 @@ def agree(g: ProcessGroup, kind: int, message: str) -> None:
 
 def raise_reports(g: ProcessGroup, kind: int, message: str) -> None:
     """Gather every rank's ``(kind, message)`` as int64 words and bytes (no pickle) and raise the first."""
-    reports = allgather_texts(g.comm, kind, message.encode())
+    reports = allgather_texts(g.comm, kind, message.encode(), side=g.internal)
     raise_first([(k, decode(m)) for k, m in reports])
 
 

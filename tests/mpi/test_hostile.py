@@ -152,7 +152,7 @@ def _hostile_bcast_data(g: mpicomm.ProcessGroup, payload: bytes) -> None:
     """Rank 0's side of broadcast_object_list, with the payload as the object, then as the error report."""
     g.comm.Bcast([_envelope([0, 1, len(payload), 0, len(payload)], payload), MPI.BYTE], 0)
     g.comm.Allreduce(MPI.IN_PLACE, np.zeros(1, I8), MPI.MAX)
-    allgather_texts(g.comm, 2, payload)
+    allgather_texts(g.comm, 2, payload, side=g.internal)
 
 
 def _hostile_bcast_error(g: mpicomm.ProcessGroup, payload: bytes) -> None:
@@ -163,7 +163,7 @@ def _hostile_bcast_error(g: mpicomm.ProcessGroup, payload: bytes) -> None:
 def _hostile_gather(g: mpicomm.ProcessGroup, payload: bytes) -> None:
     """all_gather_object's meta exchange: a failure whose report is the payload."""
     g.comm.Allgather(np.array([2, 0, 0], I8), np.empty((g.size(), 3), I8))
-    allgather_texts(g.comm, 2, payload)
+    allgather_texts(g.comm, 2, payload, side=g.internal)
 
 
 def _hostile_scatter(g: mpicomm.ProcessGroup, payload: bytes) -> None:
@@ -171,12 +171,12 @@ def _hostile_scatter(g: mpicomm.ProcessGroup, payload: bytes) -> None:
     rows = np.zeros((g.size(), 4), I8)
     rows[:, 0] = 2
     g.comm.Scatter(rows, np.empty(4, I8), 0)
-    bcast_text(g.comm, payload, 0)
+    bcast_text(g.comm, payload, 0, side=g.internal)
 
 
 def _hostile_validation(g: mpicomm.ProcessGroup, payload: bytes) -> None:
     """A validation record that is the payload instead of JSON."""
-    allgather_texts(g.comm, 0, payload, 1 << 20)
+    allgather_texts(g.comm, 0, payload, 1 << 20, g.internal)
 
 
 def _honest_calls(g: mpicomm.ProcessGroup) -> dict[str, Callable[[], Any]]:
