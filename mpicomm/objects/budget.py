@@ -61,9 +61,10 @@ def brief(value: object) -> str:
         >>> brief("x" * 100), brief([1, 2]), brief(12)
         ("'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (100 characters)", 'a list', '12')
     """
+    if isinstance(value, int) and value.bit_length() > 128:  # repr of a huge int is slow, even refused
+        return f"an int of {value.bit_length()} bits"
     if isinstance(value, (int, float, bool, type(None))) and not isinstance(value, np.generic):
-        text = repr(value)
-        return text if len(text) <= 40 else f"{text[:40]}... ({len(text)} digits)"
+        return repr(value)
     if isinstance(value, _SIZED):
         unit = "characters" if isinstance(value, str) else "bytes"
         text = repr(value[:40])
