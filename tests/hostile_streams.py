@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 import pickletools
+import random
 import struct
 import time
 import tracemalloc
@@ -88,6 +89,31 @@ def repeated_list_of_bytes(copies: int = 300) -> bytes:
     return _crafted(body + P.MARK + (_get(0) + _get(1) + P.REDUCE) * copies + P.LIST)
 
 
+def budget_filling_ranges() -> bytes:
+    """190 calls ``list(range(700))`` in 1 KB: 133,000 items, just inside a 1 KB stream's budget."""
+    return many_ranges(copies=190, n=700)
+
+
+#: Pieces the random streams are made of: pushes, memo traffic, containers, hashing, amplifying calls.
+PIECES = [
+    P.EMPTY_LIST, P.EMPTY_DICT, P.EMPTY_SET, P.EMPTY_TUPLE, P.MARK, P.DUP, P.POP, P.MEMOIZE,
+    P.APPEND, P.APPENDS, P.SETITEM, P.SETITEMS, P.ADDITEMS, P.TUPLE1, P.TUPLE2, P.TUPLE3, P.TUPLE,
+    P.LIST, P.DICT, P.FROZENSET, P.REDUCE, P.BUILD, P.STOP,
+    P.BINGET + b"\x00", P.BINGET + b"\x01", P.BINGET + b"\x02", P.BINGET + b"\x03",
+    _obj(0), _obj(2**20), _obj(2**62), _obj("k"), _obj(b"x" * 200), _obj((0, 2**20)), _obj((0, 700)),
+    _obj(1.5), _glob("builtins", "list"), _glob("builtins", "str"), _glob("builtins", "tuple"),
+    _glob("builtins", "range"), _glob("builtins", "bytes"), _glob("builtins", "set"),
+    _glob("builtins", "frozenset"), _glob("builtins", "dict"), _glob("collections", "Counter"),
+    _glob("collections", "deque"), _glob("numpy", "dtype"),
+]  # fmt: skip
+
+
+def random_stream(rng: random.Random, size: int = 1024) -> bytes:
+    """A stream of at most ``size`` bytes made of random :data:`PIECES`."""
+    body = b"".join(rng.choice(PIECES) for _ in range(rng.randrange(1, 200)))
+    return (P.PROTO + b"\x05" + body)[: size - 1] + P.STOP
+
+
 #: Every hostile stream, by name.
 STREAMS: dict[str, Callable[[], bytes]] = {
     "str() of a self-holding list (memo refs)": str_of_a_self_holding_list,
@@ -96,6 +122,7 @@ STREAMS: dict[str, Callable[[], bytes]] = {
     "tuple key doubling per level": exponential_tuple_key,
     "tuple key 100,000 deep": deep_tuple,
     "300 x list(512-byte bytes)": repeated_list_of_bytes,
+    "190 x list(range(700)), 1 KB": budget_filling_ranges,
 }
 
 
@@ -129,6 +156,12 @@ def main() -> None:
         stream = make()
         best = min((cost(stream) for _ in range(5)), key=lambda c: c[1])
         print(f"{name:45} {len(stream):6} {best[0]:>8} {1e3 * best[1]:8.2f} {best[2] / 1024:9.1f}")
+    rng = random.Random(22)
+    costs = [cost(random_stream(rng)) for _ in range(2000)]
+    loaded = sum(c[0] == "loaded" for c in costs)
+    slowest, largest = max(c[1] for c in costs), max(c[2] for c in costs)
+    name = f"2000 random streams <= 1 KB ({loaded} loaded), worst"
+    print(f"{name:45} {1024:6} {'':>8} {1e3 * slowest:8.2f} {largest / 1024:9.1f}")
 
 
 if __name__ == "__main__":

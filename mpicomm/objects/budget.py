@@ -149,8 +149,8 @@ def measure(root: object, limit: int, what: str) -> int:
             expands past ``limit``.
 
     Example:
-        >>> a = [1, 2]; b = [a, a]; measure([b, b], 100, "x")
-        11
+        >>> a = [1, 2]; b = [a, a]; measure([b, b], 100, "x")  # 1 + 2 * (1 + 2 * (1 + 2))
+        15
     """
     if _children(root) is None:
         return 1
