@@ -71,7 +71,7 @@ def test_work_within_the_budget_is_loaded_and_bounded() -> None:
     assert outcome == "refused"
     outcome, peak = _peak(hostile_streams.budget_filling_ranges())
     assert outcome == "loaded" and peak < PEAK
-    outcome, _ = _peak(hostile_streams.many_ranges(copies=240, n=700))
+    outcome, _ = _peak(hostile_streams.many_ranges(copies=400, n=700))  # 280,000 items from 2 KB
     assert outcome == "refused"
 
 
