@@ -192,6 +192,7 @@ def _buffer_rounds(
     starts = displacements(nbufs)
     for r in range(g.size()):
         check_counts(fn, [], flat[starts[r] : starts[r] + nbufs[r]], r)
+    check_counts(fn, [], flat, None)  # what the receivers hold in all; checked alike on every rank
     receivers = range(g.size()) if root is None else [root]
     comm, byte, requests = g.internal, _mpi.MPI.BYTE, []
     if g.rank() in receivers:
