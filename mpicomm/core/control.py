@@ -1,10 +1,13 @@
 """Control messages between ranks: fixed int64 words and bounded UTF-8 text, never pickle.
 
 Error reports, status agreements and validation records travel as one ``Allgather`` (or ``Bcast``)
-of int64 words, then the texts as raw bytes of a length every receiver checks against a bound
-before it allocates. Nothing here unpickles, so a hostile rank cannot run code through them,
-whatever safe mode says (mpi4py's lowercase calls, ``comm.allgather`` and ``comm.bcast``, would
-unpickle with plain ``pickle``).
+of a fixed-size slot per rank: two int64 words (kind, length) and the first bytes of the text. A
+longer text sends its rest point to point, and receivers probe it for its size after checking the
+claimed length against a bound: no size a rank claims ever becomes an MPI receive count, so a lie
+is an error here, not a truncated message (which MPICH answers by ending the job). Nothing here
+unpickles, so a hostile rank cannot run code through them, whatever safe mode says (mpi4py's
+lowercase calls, ``comm.allgather`` and ``comm.bcast``, would unpickle with plain ``pickle``). The
+payload cap (:func:`memory_bound`) bounds what the data paths allocate for peers' claims.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ the v-collectives, what each rank sends to and expects from every other. Every r
 gathered records with the same code, so a mismatch raises the same :class:`CrossRankMismatchError`
 on every rank, where without validation MPI would hang or return wrong data.
 
-Cost: one extra small allgather (int64 words, then JSON text; never pickle) per call (a few
-microseconds to tens of microseconds at small world sizes, O(W^2) integers for the all-to-alls);
+Cost: one extra small allgather per call (a 256-byte slot per rank with the JSON record; the rest
+of a longer record point to point; never pickle): a few microseconds to tens of microseconds at
+small world sizes, O(W^2) integers for the all-to-alls;
 keep it for debugging and tests. A local check that fails on some ranks only travels in the same
 exchange (see :func:`report`), so every rank raises it together instead of some waiting forever.
 """

@@ -21,6 +21,7 @@ from .wire import (
     _alltoallv,
     _check_lengths,
     _check_values,
+    _dtype_tag,
     _exchange_header,
     _exclusive_cumsum,
     _fingerprint,
@@ -109,7 +110,7 @@ def jagged_all_to_all(
         raise ArgumentError(
             f"{fn}: lengths sum to {cum[-1]}; expected {vals.shape[0]}, the values along dim 0"
         )
-    dtypes = (str(lens.dtype), vals.dtype.str, vals.shape[1:])
+    dtypes = (str(lens.dtype), _dtype_tag(vals.dtype), vals.shape[1:])
     if validation._Flag.on:
         validation.check(g, fn, {"lengths dtype, values dtype, value shape": dtypes})
     bounds = _exclusive_cumsum(np.asarray(splits, dtype=np.int64))

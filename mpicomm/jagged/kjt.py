@@ -43,7 +43,7 @@ from .plan import (
     value_counts,
     value_index,
 )
-from .wire import _VBE, _WEIGHTED, _exclusive_cumsum, _fingerprint, check_kjt_claims
+from .wire import _VBE, _WEIGHTED, _dtype_tag, _exclusive_cumsum, _fingerprint, check_kjt_claims
 
 __all__ = ["KJTAllToAll", "KJTAllToAllAwaitable"]
 
@@ -400,9 +400,9 @@ def _dtypes(kja: KeyedJaggedArray) -> tuple[Any, ...]:
     v, w = kja.values(), kja.weights()
     return (
         str(kja.lengths().dtype),
-        v.dtype.str,
+        _dtype_tag(v.dtype),
         v.shape[1:],
-        None if w is None else (w.dtype.str, w.shape[1:]),
+        None if w is None else (_dtype_tag(w.dtype), w.shape[1:]),
     )
 
 

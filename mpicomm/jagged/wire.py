@@ -24,6 +24,16 @@ _HEADER = 7
 _VBE, _WEIGHTED = 1, 2
 
 
+def _dtype_tag(dtype: np.dtype[Any]) -> str:
+    """A dtype's byte-order string, with its name where that string is ambiguous (``<V2`` is bfloat16).
+
+    Example:
+        >>> _dtype_tag(np.dtype(np.float32)), _dtype_tag(np.dtype("V2"))
+        ('<f4', '|V2:void16')
+    """
+    return dtype.str if dtype.kind != "V" else f"{dtype.str}:{dtype.name}"
+
+
 def _fingerprint(*parts: object) -> int:
     return zlib.crc32("|".join(map(str, parts)).encode())
 

@@ -273,3 +273,18 @@ def test_validation_tells_half_dtypes_apart(world: mpicomm.ProcessGroup, pair: t
         assert (y.astype(np.float32) == world.size()).all()
     finally:
         mpicomm.set_validation(False)
+
+
+def test_jagged_exchanges_tell_one_byte_float_types_apart(world: mpicomm.ProcessGroup) -> None:
+    """float8_e4m3fn and float8_e5m2fnuz both print as ``<V1``: the fingerprint uses their names too."""
+    import ml_dtypes
+
+    w = world.size()
+    kind = ml_dtypes.float8_e4m3fn if world.rank() == 0 else ml_dtypes.float8_e5m2fnuz
+    values, lengths = np.ones(w, kind), np.ones(w, np.int64)
+    with pytest.raises(CrossRankMismatchError, match="dtypes"):
+        mpicomm.jagged_all_to_all(values, lengths, [1] * w)
+    same = np.arange(w).astype(ml_dtypes.float8_e4m3fn)
+    got = mpicomm.jagged_all_to_all(same, lengths, [1] * w)
+    assert isinstance(got, mpicomm.JaggedResult)
+    assert got.values.astype(np.float32).tolist() == [float(world.rank())] * w
