@@ -6,8 +6,9 @@ the v-collectives, what each rank sends to and expects from every other. Every r
 gathered records with the same code, so a mismatch raises the same :class:`CrossRankMismatchError`
 on every rank, where without validation MPI would hang or return wrong data.
 
-Cost: one extra small allgather (int64 words, then JSON text; never pickle) per call (a few
-microseconds to tens of microseconds at small world sizes, O(W^2) integers for the all-to-alls);
+Cost: one extra small allgather per call (a 256-byte slot per rank with the JSON record; the rest
+of a longer record point to point; never pickle): a few microseconds to tens of microseconds at
+small world sizes, O(W^2) integers for the all-to-alls;
 keep it for debugging and tests. A local check that fails on some ranks only travels in the same
 exchange (see :func:`report`), so every rank raises it together instead of some waiting forever.
 """
@@ -42,6 +43,22 @@ class _Flag:
     on = False
     #: Validation exchanges entered so far (a call that fails before its own tells the other ranks).
     exchanges = 0
+    #: The dtype the caller passed, where a call runs on a wider copy (float16 and bfloat16 reduce
+    #: in float32): the record names this one, so ranks with different half types disagree.
+    dtype: str | None = None
+
+
+class exact_dtype:  # noqa: N801 - a context manager used like a function
+    """Within it, validation records name ``dtype`` instead of the dtype of the (widened) arrays."""
+
+    def __init__(self, dtype: object) -> None:
+        self._dtype = str(dtype)
+
+    def __enter__(self) -> None:
+        self._saved, _Flag.dtype = _Flag.dtype, self._dtype
+
+    def __exit__(self, *exc: object) -> None:
+        _Flag.dtype = self._saved
 
 
 #: Error classes by the code a failing rank sends in the validation exchange; 0 means no error.
@@ -120,6 +137,8 @@ def check(
         MpicommError: another rank's local check failed (see :func:`report`); its error class.
     """
     rows = [None if x is None else [int(v) for v in x] for x in (sends, recvs)]
+    if _Flag.dtype is not None and "dtype" in agree:
+        agree = {**agree, "dtype": _Flag.dtype}
     record = json.dumps([fn, agree, *rows], default=_plain).encode()
     records = _records(group, fn, _exchange(group, fn, 0, record))
     names = {r[0] for r in records}
@@ -127,7 +146,10 @@ def check(
         # each rank is in a different function, so no function name can start a shared message
         calls = _per_rank([r[0] for r in records])
         raise CrossRankMismatchError(f"validation: ranks called different functions: {calls}")
-    message = _first_mismatch(records, unit)
+    try:
+        message = _first_mismatch(records, unit)
+    except RecursionError:  # a field nested so deep that comparing it recurses too far
+        raise CrossRankMismatchError(f"{fn}: validation: a rank sent a record nested too deep") from None
     if message is not None:
         raise CrossRankMismatchError(f"{fn}: validation found ranks that disagree: {message}")
 
@@ -171,7 +193,7 @@ def _exchange(
     """Every rank's (kind, record); raise the lowest failing rank's error on every rank if any failed."""
     _Flag.exchanges += 1
     limit = MAX_TEXT + 48 * group.size()
-    reports = allgather_texts(group.comm, kind, text, limit)
+    reports = allgather_texts(group.comm, kind, text, limit, group.internal)
     failed = [(k, t) for k, t in reports if k]
     if failed:
         k, t = failed[0]
@@ -190,13 +212,22 @@ def _records(group: ProcessGroup, fn: str, texts: list[bytes]) -> list[tuple[str
     out = []
     for rank, text in enumerate(texts):
         try:
-            name, agree, sends, recvs = json.loads(text)
+            record = json.loads(text)
+            if not isinstance(record, list) or len(record) != 4:
+                raise TypeError("expected [name, fields, sends, recvs]")
+            name, agree, sends, recvs = record
             if not isinstance(name, str) or not isinstance(agree, dict):
                 raise TypeError("expected [name, fields, sends, recvs]")
+            if (sends is None) != (recvs is None):
+                raise TypeError("expected both rows or neither")
             for row in (sends, recvs):
-                if row is not None and (len(row) != group.size() or not all(type(v) is int for v in row)):
+                if row is not None and (
+                    not isinstance(row, list)
+                    or len(row) != group.size()
+                    or not all(type(v) is int for v in row)
+                ):
                     raise TypeError(f"expected {group.size()} ints per row")
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:
             raise CrossRankMismatchError(
                 f"{fn}: validation: group rank {rank} sent a malformed validation record ({exc})"
             ) from None
@@ -205,12 +236,19 @@ def _records(group: ProcessGroup, fn: str, texts: list[bytes]) -> list[tuple[str
 
 
 def _first_mismatch(records: list[tuple[str, dict[str, Any], Any, Any]], unit: str) -> str | None:
-    for key in records[0][1]:
-        values = [r[1].get(key) for r in records]
+    """The first field that differs between ranks, or the first send that its receiver does not expect.
+
+    Every field any rank sent is compared (a field missing on a rank differs from one it has).
+    """
+    keys = dict.fromkeys(k for r in records for k in r[1])
+    for key in keys:
+        values = [r[1].get(key, "(missing)") for r in records]
         if any(v != values[0] for v in values):
             return f"{key} differs: " + _per_rank(values)
     sends = [r[2] for r in records]
     recvs = [r[3] for r in records]
+    if any((row is None) != (sends[0] is None) for row in sends):
+        return "per-rank counts differ: " + _per_rank(["given" if row else "none" for row in sends])
     if sends[0] is None:
         return None
     for src, row in enumerate(sends):

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core import validation
-from ..core.buffers import as_int_list
+from ..core.buffers import as_int_list, row_size
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
@@ -21,6 +21,7 @@ from .wire import (
     _alltoallv,
     _check_lengths,
     _check_values,
+    _dtype_tag,
     _exchange_header,
     _exclusive_cumsum,
     _fingerprint,
@@ -109,7 +110,7 @@ def jagged_all_to_all(
         raise ArgumentError(
             f"{fn}: lengths sum to {cum[-1]}; expected {vals.shape[0]}, the values along dim 0"
         )
-    dtypes = (str(lens.dtype), vals.dtype.str, vals.shape[1:])
+    dtypes = (str(lens.dtype), _dtype_tag(vals.dtype), vals.shape[1:])
     if validation._Flag.on:
         validation.check(g, fn, {"lengths dtype, values dtype, value shape": dtypes})
     bounds = _exclusive_cumsum(np.asarray(splits, dtype=np.int64))
@@ -117,7 +118,7 @@ def jagged_all_to_all(
     header[:, _ROWS] = splits
     header[:, _VALUES] = np.diff(cum[bounds])
     header[:, _DTYPES] = _fingerprint(*dtypes)
-    got = _exchange_header(g, header, fn)
+    got = _exchange_header(g, header, fn, (lens.itemsize, vals.itemsize * row_size(vals)))
     recv_rows, recv_vals = got[:, _ROWS], got[:, _VALUES]
     out_l = np.empty(int(recv_rows.sum()), dtype=lens.dtype)
     out_v = np.empty((int(recv_vals.sum()), *vals.shape[1:]), dtype=vals.dtype)

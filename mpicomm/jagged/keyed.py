@@ -126,7 +126,12 @@ class KeyedJaggedArray(KeyedOps):
             stride = int(stride)
         if self._spkpr is not None:
             natural = max((sum(row) for row in self._spkpr), default=0)
-            return natural if stride is None else stride
+            if stride is not None and stride != natural:
+                raise ArgumentError(
+                    f"{_NAME}: stride is {stride} with stride_per_key_per_rank; expected {natural}, the "
+                    "most batch slots of any key in the table (or leave stride out)"
+                )
+            return natural
         if k == 0:
             if n:
                 raise ArgumentError(f"{_NAME}: lengths has {n} entries; expected 0 because there are no keys")

@@ -24,6 +24,7 @@ from .. import _mpi
 from ..core import validation
 from ..core.buffers import as_int_list, row_size, send_view
 from ..core.calls import collective
+from ..core.control import PAYLOAD_ENV, memory_bound
 from ..core.groups import ProcessGroup, resolve
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError, GroupError
@@ -42,7 +43,7 @@ from .plan import (
     value_counts,
     value_index,
 )
-from .wire import _VBE, _WEIGHTED, _exclusive_cumsum, _fingerprint
+from .wire import _VBE, _WEIGHTED, _dtype_tag, _exclusive_cumsum, _fingerprint, check_kjt_claims
 
 __all__ = ["KJTAllToAll", "KJTAllToAllAwaitable"]
 
@@ -171,6 +172,7 @@ class KJTAllToAll:
             raise ArgumentError(
                 f"{fn}: splits has {len(self.splits)} entries; expected {g.size()} (the group size)"
             )
+        _check_plan_size(self.splits, fn)
         if isinstance(stagger, bool) or not isinstance(stagger, (int, np.integer)):
             raise ArgumentTypeError(f"{fn}: stagger is {stagger!r}; expected a positive int")
         if stagger < 1 or g.size() % stagger:
@@ -227,9 +229,11 @@ class KJTAllToAll:
         g.internal.Alltoall([header, self._i64], [got, self._i64])
         recv = send.receive(lay, got, fn)
         values_sk, counts, got_values = value_counts(got, lay, fn)
+        totals = got[:, lay.total_col].tolist()
+        check_kjt_claims(totals, counts, send.item_bytes, recv.total, got_values, fn)
         sent = key_values[lay.dest_index].tolist()  # where each destination's values start, and the end
         # every rank sees every rank's total, so every rank takes the same path
-        total = sum(got[:, lay.total_col].tolist())
+        total = sum(totals)
         if send.placeable and total >= _Placement.min_values * lay.size:
             return self._start_in_place(kja, send, recv, values_sk, (counts, got_values), sent)
         return self._start_gather(kja, send, recv, values_sk, (counts, got_values), sent)
@@ -264,6 +268,10 @@ class KJTAllToAll:
             plan = SendPlan(self._layout, key_rows, flags, fp, self._fp, kja._stride, types)
             plan.placeable = row_size(v) > 0
             plan.value_bytes = v.itemsize * row_size(v)
+            plan.item_bytes = (
+                lens.itemsize,
+                plan.value_bytes + (0 if w is None else w.itemsize * row_size(w)),
+            )
             self._send.put(key, plan)
         return plan
 
@@ -372,14 +380,29 @@ class KJTAllToAll:
         return KJTAllToAllAwaitable(work, out)
 
 
+def _check_plan_size(splits: list[int], fn: str) -> None:
+    """Refuse splits whose plan (int64 words per key and per counts-message slot) would pass the cap.
+
+    Raises:
+        ArgumentError: more keys than the payload cap holds plans for.
+    """
+    words = 4 * sum(splits) + len(splits) * (2 * max(splits, default=0) + 5)
+    if 8 * words > memory_bound():
+        raise ArgumentError(
+            f"{fn}: splits {splits} ask for {sum(splits)} keys, whose plan needs {8 * words} bytes; expected "
+            f"at most {memory_bound()} bytes (the payload cap, {PAYLOAD_ENV}): one entry per key of the "
+            "KeyedJaggedArrays it will exchange"
+        )
+
+
 def _dtypes(kja: KeyedJaggedArray) -> tuple[Any, ...]:
     """What ranks must agree on about the arrays: dtypes and trailing shapes."""
     v, w = kja.values(), kja.weights()
     return (
         str(kja.lengths().dtype),
-        v.dtype.str,
+        _dtype_tag(v.dtype),
         v.shape[1:],
-        None if w is None else (w.dtype.str, w.shape[1:]),
+        None if w is None else (_dtype_tag(w.dtype), w.shape[1:]),
     )
 
 

@@ -233,8 +233,8 @@ class SendPlan:
     """
 
     __slots__ = (
-        "fixed", "key_index", "placeable", "recv", "row_bytes", "row_counts", "row_counts_peers",
-        "row_displs", "row_self", "template", "types", "value_bytes",
+        "fixed", "item_bytes", "key_index", "placeable", "recv", "row_bytes", "row_counts",
+        "row_counts_peers", "row_displs", "row_self", "template", "types", "value_bytes",
     )  # fmt: skip
 
     def __init__(self, layout: Layout, key_rows: np.ndarray, flags: int, fp: int, splits_fp: int,
@@ -256,6 +256,7 @@ class SendPlan:
         self.types = types
         self.placeable = True  # values with a non-empty row: the placed path can take them
         self.value_bytes = 0  # bytes of one row of values
+        self.item_bytes = (8, 8)  # bytes of one length, and of one row of values and weights together
         self.recv: Lru[bytes, RecvPlan] = Lru(8, RecvPlan.free)
 
     def free(self) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core.buffers import check_array, datatype, displacements, row_size, send_view
-from ..core.control import memory_bound
+from ..core.control import PAYLOAD_ENV, memory_bound
 from ..core.groups import ProcessGroup
 from ..errors import ArgumentError, ArgumentTypeError, CommunicationError, CrossRankMismatchError
 from .keyed import _exact_total
@@ -22,6 +22,16 @@ _FLAGS, _DTYPES, _SPLITS, _ROWS, _VALUES, _STRIDE, _TOTAL = range(7)
 _HEADER = 7
 
 _VBE, _WEIGHTED = 1, 2
+
+
+def _dtype_tag(dtype: np.dtype[Any]) -> str:
+    """A dtype's byte-order string, with its name where that string is ambiguous (``<V2`` is bfloat16).
+
+    Example:
+        >>> _dtype_tag(np.dtype(np.float32)), _dtype_tag(np.dtype("V2"))
+        ('<f4', '|V2:void16')
+    """
+    return dtype.str if dtype.kind != "V" else f"{dtype.str}:{dtype.name}"
 
 
 def _fingerprint(*parts: object) -> int:
@@ -66,32 +76,73 @@ def _check_values(values: object, fn: str, arg: str = "values") -> np.ndarray:
     return vals
 
 
-def _exchange_header(g: ProcessGroup, header: np.ndarray, fn: str) -> np.ndarray:
+def _exchange_header(
+    g: ProcessGroup, header: np.ndarray, fn: str, item_bytes: tuple[int, int] = (1, 1)
+) -> np.ndarray:
     """Alltoall the per-destination counts; raise on every rank if the fingerprints disagree.
 
     Every rank sees every rank's fingerprint columns, so comparing them with its own is enough: if
-    any two ranks differ, every rank sees a row unlike its own and raises.
+    any two ranks differ, every rank sees a row unlike its own and raises. ``item_bytes`` are the
+    bytes of one length and of one row of values, to hold the claims against the payload cap.
     """
     received = np.empty_like(header)
     g.internal.Alltoall([header, _mpi.MPI.INT64_T], [received, _mpi.MPI.INT64_T])
     if received[:, : _SPLITS + 1].tobytes() != header[:, : _SPLITS + 1].tobytes():
         _disagree(received, fn)
-    _check_claims(received, fn)
+    _check_claims(received, fn, item_bytes)
     return received
 
 
-def _check_claims(received: np.ndarray, fn: str) -> None:
+def _check_claims(received: np.ndarray, fn: str, item_bytes: tuple[int, int] = (1, 1)) -> None:
     """Refuse row and value counts that no real peer sends, before anything is allocated for them."""
     counts = received[:, [_ROWS, _VALUES]]
     bound = memory_bound()
-    totals = np.sum(counts, axis=0, dtype=object)  # exact: int64 sums of forged counts could wrap
-    if (counts >= 0).all() and max(totals) <= bound:
+    per_rank = counts.astype(object) @ np.array(item_bytes, dtype=object)  # exact: no int64 wrap
+    if (counts >= 0).all() and sum(per_rank) <= bound:
         return
-    suspect = (counts < 0).any(axis=1) | (counts > bound).any(axis=1)
+    negative = counts.min(axis=1) < 0
+    suspect = int(np.argmax(negative)) if negative.any() else int(np.argmax(per_rank))
     raise CommunicationError(
         f"{fn}: the ranks claim to send {counts[:, 0].tolist()} rows and {counts[:, 1].tolist()} values "
-        f"here (first suspect: rank {int(np.argmax(suspect))}); expected non-negative counts within "
-        f"this node's memory ({bound} bytes): a corrupted message or a rank that does not run mpicomm"
+        f"here, {sum(per_rank)} bytes (first suspect: rank {suspect}); expected non-negative counts "
+        f"within the payload cap ({bound} bytes, {PAYLOAD_ENV}): a corrupted message or a rank that "
+        "does not run mpicomm"
+    )
+
+
+def check_kjt_claims(
+    totals: list[int], counts: list[int], nbytes: tuple[int, int], rows: int, values: int, fn: str
+) -> None:
+    """Refuse KJT per-key value counts that exceed their sender's total, or a payload past the cap.
+
+    Args:
+        totals: The values each source says it holds in all (the TOTAL column).
+        counts: The values each source sends here (its per-key counts for this rank's keys, summed).
+        nbytes: Bytes of one length and of one row of values and weights together.
+        rows: The batch slots (lengths) received in all.
+        values: The values received in all.
+        fn: The public function, for messages.
+
+    Raises:
+        CommunicationError: naming the sending rank.
+    """
+    bound = memory_bound()
+    if rows * nbytes[0] + values * nbytes[1] <= bound and all(
+        0 <= c <= t for c, t in zip(counts, totals, strict=True)
+    ):
+        return
+    for rank, (c, t) in enumerate(zip(counts, totals, strict=True)):
+        if not 0 <= c <= t:
+            raise CommunicationError(
+                f"{fn}: rank {rank} sends {c} values for this rank's keys but holds {t} values in all; "
+                "expected per-key counts that add up to at most its total: a corrupted message or a "
+                "rank that does not run mpicomm"
+            )
+    rank = int(np.argmax(counts))
+    raise CommunicationError(
+        f"{fn}: the ranks send {rows} lengths and {values} values here (rank {rank} the most, "
+        f"{counts[rank]} values), {rows * nbytes[0] + values * nbytes[1]} bytes; expected at most the "
+        f"payload cap of {bound} bytes ({PAYLOAD_ENV}; by default a quarter of this node's memory)"
     )
 
 

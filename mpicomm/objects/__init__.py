@@ -7,6 +7,7 @@
   messages in pieces.
 - ``pickling``: pickling with out-of-band arrays, the safe-mode setting and its allow-list.
 - ``unpickler``: the safe unpickler (allow-list, checked calls, state and memory claims).
+- ``budget``: the safe unpickler's work budget per stream (calls, hashed keys, expanded size, cycles).
 
 May import: ``mpicomm.core``, ``mpicomm.dense`` (point-to-point peers), ``mpicomm.errors``, ``mpicomm._mpi``.
 """

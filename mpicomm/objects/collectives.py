@@ -192,6 +192,7 @@ def _buffer_rounds(
     starts = displacements(nbufs)
     for r in range(g.size()):
         check_counts(fn, [], flat[starts[r] : starts[r] + nbufs[r]], r)
+    check_counts(fn, [], flat, None)  # what the receivers hold in all; checked alike on every rank
     receivers = range(g.size()) if root is None else [root]
     comm, byte, requests = g.internal, _mpi.MPI.BYTE, []
     if g.rank() in receivers:
@@ -495,7 +496,7 @@ def scatter_object_list(
         g.comm.Scatter(None, row, root)
         source_msg = ""
     if row[0]:
-        raise_first([(int(row[0]), decode(bcast_text(g.comm, source_msg.encode(), root)))])
+        raise_first([(int(row[0]), decode(bcast_text(g.comm, source_msg.encode(), root, side=g.internal)))])
     check_counts(fn, [int(row[2])], [int(row[1]), int(row[3])], root)
     parts = None if streams is None else [as_bytes(x) for x in streams]
     stream = scatterv(g, parts, int(row[1]), int(row[3]), root)

@@ -127,7 +127,8 @@ def loads(stream: Any, buffers: Iterable[Any] = (), safe: bool | None = None) ->
     except UnpicklingRefusedError:
         raise
     except Exception as exc:  # a malformed stream: refused like any other, one class to catch
-        raise UnpicklingRefusedError(f"safe mode could not load the stream: {describe(exc)}") from exc
+        text = describe(exc)  # a builtin's own message: short, but cut in case
+        raise UnpicklingRefusedError(f"safe mode could not load the stream: {text[:500]}") from exc
 
 
 class _Safe:

@@ -9,10 +9,13 @@ pins for every supported Python version.
 
 What it protects against: code running on the receiver (``__reduce__`` payloads, ``eval``,
 ``os.system``, ``getattr`` chains, ``importlib``), state set on functions, classes or through dunder
-names (``__setstate__``, ``__class__``), object arrays, and memory claims the stream does not carry
-(``BYTEARRAY8`` of 2**50 bytes, ``bytes(2**40)``, ``list(range(2**40))``). What it does not: an
-allowed class whose own ``__init__``/``__setstate__`` misbehaves, or a stream that is simply large
-(its size is what the sender sent).
+names (``__setstate__``, ``__class__``), object arrays, memory claims the stream does not carry
+(``BYTEARRAY8`` of 2**50 bytes, ``bytes(2**40)``, ``list(range(2**40))``, arrays of zero-byte
+items), and work out of proportion to the stream's size: every stream has a budget
+(:mod:`mpicomm.objects.budget`) that calls, hashed keys, repeated references and the loaded object's
+expanded size are charged to, and cycles and nesting past :data:`MAX_DEPTH` are refused. What it
+does not: an allowed class whose own ``__init__``/``__setstate__`` misbehaves, or a stream that is
+simply large (its size is what the sender sent).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 
 from ..errors import UnpicklingRefusedError
 from . import tensors
+from .budget import MAX_DEPTH, Budget, brief, measure, refuse
 
 __all__ = ["MAX_CALL_ITEMS", "MAX_DEPTH", "MAX_DIGITS", "allowed"]
 
@@ -60,10 +64,17 @@ class _Reader:
         return n
 
     def readline(self) -> bytes:
-        rest = self._view[self._pos :].tobytes()
-        cut = rest.find(b"\n") + 1 or len(rest)
-        self._pos += cut
-        return rest[:cut]
+        """The bytes up to and including the next newline, in time linear in the line's length."""
+        start, step = self._pos, 64
+        while True:
+            chunk = self._view[self._pos : self._pos + step].tobytes()
+            cut = chunk.find(b"\n")
+            if cut >= 0 or self._pos + len(chunk) >= len(self._view):
+                end = self._pos + (cut + 1 if cut >= 0 else len(chunk))
+                self._pos = end
+                return self._view[start:end].tobytes()
+            self._pos += len(chunk)
+            step *= 2
 
 
 def _builtin_names() -> set[tuple[str, str]]:
@@ -92,8 +103,7 @@ _ALLOWED: set[tuple[str, str]] = (
 )
 
 
-def _refuse(what: str) -> UnpicklingRefusedError:
-    return UnpicklingRefusedError(f"safe mode refused to unpickle {what}")
+_refuse = refuse
 
 
 def _check_dtype(d: Any, where: str) -> None:
@@ -115,6 +125,20 @@ def _check_dtype(d: Any, where: str) -> None:
             raise _refuse(f"dtype {d} in {where}: its sub-array does not fill its {d.itemsize}-byte item")
 
 
+def _check_items(d: Any, shape: object, where: str) -> None:
+    """Refuse arrays and scalars of zero-byte items, and shapes that are not a short tuple of counts.
+
+    An array of 2**62 zero-byte (``V0``) items needs no bytes in the stream, yet copying it never
+    ends; numpy itself refuses shapes whose byte count overflows.
+    """
+    if d.itemsize == 0:
+        raise _refuse(f"{where}: items of dtype {d} take no bytes (a zero-itemsize array of any length)")
+    if not isinstance(shape, tuple) or len(shape) > MAX_NDIM:
+        raise _refuse(f"{where}: shape {brief(shape)}; expected a tuple of at most {MAX_NDIM} counts")
+    if not all(type(n) is int and n >= 0 for n in shape):
+        raise _refuse(f"{where}: shape holds {brief(next(n for n in shape if type(n) is not int or n < 0))}")
+
+
 def _check_plain_state(inst: object, state: object) -> None:
     """BUILD on anything but a numpy object: an instance of an allowed class, no dunder names in its state.
 
@@ -133,16 +157,18 @@ def _check_plain_state(inst: object, state: object) -> None:
         for key in part:
             if not isinstance(key, str) or (key.startswith("__") and key.endswith("__")):
                 raise _refuse(
-                    f"state for a {type(inst).__qualname__} with the key {key!r}: safe mode sets only "
+                    f"state for a {type(inst).__qualname__} with the key {brief(key)}: safe mode sets only "
                     "plain (non-dunder) string attributes"
                 )
 
 
 #: A call in a safe-mode pickle may not ask for more items (a range argument) or bytes than this.
 MAX_CALL_ITEMS = 1 << 20
-#: Deepest nesting of containers a safe-mode pickle may have (pickle itself recurses per level, so
-#: real streams stay far below).
-MAX_DEPTH = 10_000
+#: Most objects a safe-mode pickle may have on its stack at once (nesting, and up to 1,000 items
+#: the pickler batches before APPENDS/SETITEMS).
+MAX_STACK = MAX_DEPTH
+#: Most dimensions of an array safe mode loads (numpy's own limit).
+MAX_NDIM = 64
 #: Longest text number (INT, LONG opcodes of protocol 0) a safe-mode pickle may have, in characters.
 MAX_DIGITS = 4_400
 
@@ -185,6 +211,7 @@ class _SafeUnpickler(_PyUnpickler):  # type: ignore[misc]
     def __init__(self, file: _Reader, buffers: Iterable[Any]) -> None:
         super().__init__(file, buffers=buffers)
         self._size = file.size
+        self._budget = Budget(file.size)
         self._pending: dict[int, Any] = {}  # numpy dtypes/arrays made here, waiting for their BUILD
         self._numpy = _numpy_calls()
 
@@ -221,6 +248,7 @@ class _SafeUnpickler(_PyUnpickler):  # type: ignore[misc]
                 "array, dtype and scalar rebuilding functions"
             )
         _check_call_size(name, func, (*args, *(kwargs or {}).values()))
+        self._budget.charge_call(name, func, (*args, *(kwargs or {}).values()))
         return func(*args, **(kwargs or {}))
 
     def load_reduce(self) -> None:
@@ -240,9 +268,10 @@ class _SafeUnpickler(_PyUnpickler):  # type: ignore[misc]
 
     def _new(self, cls: Any, args: Any, kwargs: Any) -> Any:
         if not _is_plain_class(cls) or not isinstance(args, tuple) or not isinstance(kwargs, dict):
-            raise _refuse(f"{getattr(cls, '__qualname__', cls)!r}.__new__: not a class on the allow-list")
+            raise _refuse(f"{brief(cls)}.__new__: not a class on the allow-list")
         self._not_pending((*args, *kwargs.values()), f"{cls.__qualname__}.__new__")
         _check_call_size(f"{cls.__qualname__}.__new__", cls, (*args, *kwargs.values()))
+        self._budget.charge_call(f"{cls.__qualname__}.__new__", cls, (*args, *kwargs.values()))
         return cls.__new__(cls, *args, **kwargs)
 
     def load_inst(self) -> None:
@@ -267,6 +296,7 @@ class _SafeUnpickler(_PyUnpickler):  # type: ignore[misc]
             if len(state) != 5:
                 raise _refuse(f"{where}: expected (version, shape, dtype, is_fortran, data)")
             _check_dtype(state[2], where)
+            _check_items(state[2], state[1], where)
         else:
             inner += (
                 [f[0] for f in (state[4] or {}).values()]
@@ -300,15 +330,54 @@ class _SafeUnpickler(_PyUnpickler):  # type: ignore[misc]
 
     def load_setitem(self) -> None:
         self._fill("SETITEM", 3)
+        if len(self.stack) >= 2:
+            self._budget.charge_key(self.stack[-2], "a dict key (SETITEM)")
         super().load_setitem()
 
     def load_setitems(self) -> None:
         self._fill("SETITEMS", -1)
+        for key in self.stack[::2]:
+            self._budget.charge_key(key, "a dict key (SETITEMS)")
         super().load_setitems()
 
     def load_additems(self) -> None:
         self._fill("ADDITEMS", -1)
+        for item in self.stack:
+            self._budget.charge_key(item, "a set member (ADDITEMS)")
         super().load_additems()
+
+    def _shared(self) -> None:
+        """A memo reference or DUP: a long text or bytes object seen again costs its length again."""
+        top = self.stack[-1]
+        if isinstance(top, (str, bytes, bytearray)) and len(top) > 64:
+            self._budget.spend(len(top) // 64, f"a reference to {brief(top)}")
+
+    def load_get(self) -> None:
+        super().load_get()
+        self._shared()
+
+    def load_binget(self) -> None:
+        super().load_binget()
+        self._shared()
+
+    def load_long_binget(self) -> None:
+        super().load_long_binget()
+        self._shared()
+
+    def load_dup(self) -> None:
+        super().load_dup()
+        self._shared()
+
+    def load_frozenset(self) -> None:
+        for item in self.stack:
+            self._budget.charge_key(item, "a frozenset member (FROZENSET)")
+        super().load_frozenset()
+
+    def load(self) -> Any:
+        """Load the object, then measure it: no cycle, no deeper nesting, no larger expansion than allowed."""
+        out = super().load()
+        measure(out, self._budget.total, "the loaded object")
+        return out
 
     def load_frame(self) -> None:
         (size,) = struct.unpack("<Q", self.read(8))
@@ -330,8 +399,8 @@ class _SafeUnpickler(_PyUnpickler):  # type: ignore[misc]
 
     def _open(self, empty: Any) -> None:
         """EMPTY_LIST, EMPTY_DICT, EMPTY_SET: open containers wait on the stack, its length is their depth."""
-        if len(self.stack) >= MAX_DEPTH:
-            raise _refuse(f"containers nested over {MAX_DEPTH} deep")
+        if len(self.stack) >= MAX_STACK:
+            raise _refuse(f"containers nested over {MAX_STACK} deep")
         self.append(empty)
 
     def load_empty_list(self) -> None:
@@ -378,6 +447,11 @@ class _SafeUnpickler(_PyUnpickler):  # type: ignore[misc]
     dispatch[pickle.SETITEM[0]] = load_setitem
     dispatch[pickle.SETITEMS[0]] = load_setitems
     dispatch[pickle.ADDITEMS[0]] = load_additems
+    dispatch[pickle.FROZENSET[0]] = load_frozenset
+    dispatch[pickle.GET[0]] = load_get
+    dispatch[pickle.BINGET[0]] = load_binget
+    dispatch[pickle.LONG_BINGET[0]] = load_long_binget
+    dispatch[pickle.DUP[0]] = load_dup
     dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
     dispatch[pickle.MARK[0]] = load_mark
     dispatch[pickle.FRAME[0]] = load_frame
@@ -390,16 +464,18 @@ class _SafeUnpickler(_PyUnpickler):  # type: ignore[misc]
 
 def _new_dtype(u: _SafeUnpickler, func: Any, obj: object, align: object = False, copy: object = True) -> Any:
     if not isinstance(obj, str):
-        raise _refuse(f"numpy.dtype({obj!r}): safe mode builds dtypes from their type string only")
+        raise _refuse(f"numpy.dtype({brief(obj)}): safe mode builds dtypes from their type string only")
     d = np.dtype(obj, align=bool(align), copy=True)  # always a new dtype: its state may be set below
-    _check_dtype(d, f"numpy.dtype({obj!r})")
+    _check_dtype(d, f"numpy.dtype({brief(obj)})")
     u._pending[id(d)] = d
     return d
 
 
 def _reconstruct(u: _SafeUnpickler, func: Any, subtype: object, shape: object, typecode: object) -> Any:
     if subtype is not np.ndarray or typecode not in (b"b", "b"):
-        raise _refuse(f"numpy _reconstruct({subtype!r}, ..., {typecode!r}): expected numpy.ndarray, b'b'")
+        raise _refuse(
+            f"numpy _reconstruct({brief(subtype)}, ..., {brief(typecode)}): expected numpy.ndarray, b'b'"
+        )
     out = func(np.ndarray, (0,), b"b")
     u._pending[id(out)] = out
     return out
@@ -409,11 +485,13 @@ def _frombuffer(
     u: _SafeUnpickler, func: Any, buf: object, dtype: object, shape: object, order: object
 ) -> Any:
     _check_dtype(dtype, "numpy _frombuffer")
+    _check_items(dtype, shape, "numpy _frombuffer")
     return func(buf, dtype, shape, order)
 
 
 def _scalar(u: _SafeUnpickler, func: Any, dtype: object, data: object = None) -> Any:
     _check_dtype(dtype, "numpy scalar")
+    _check_items(dtype, (), "numpy scalar")
     if not isinstance(data, bytes):
         raise _refuse(f"numpy scalar of {dtype}: expected its bytes, got a {type(data).__qualname__}")
     return func(dtype, data)

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core.buffers import displacements
-from ..core.control import allgather_texts, decode, memory_bound
+from ..core.control import PAYLOAD_ENV, allgather_texts, decode, memory_bound
 from .pickling import KINDS, ObjectCollectiveError
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def recv_envelope(comm: Any, root: int, fn: str = "broadcast_object_list") -> tu
 
 
 def check_counts(fn: str, counts: Sequence[int], sizes: Sequence[int], sender: int | None) -> None:
-    """Refuse negative counts and sizes, or sizes beyond memory, before anything is allocated for them.
+    """Refuse negative counts and sizes, or sizes past the payload cap, before anything is allocated.
 
     ``counts`` are numbers of items (objects, buffers), ``sizes`` byte counts, as claimed by the
     group rank ``sender`` (``None``: by the ranks together).
@@ -157,8 +157,9 @@ def check_counts(fn: str, counts: Sequence[int], sizes: Sequence[int], sender: i
         raise ObjectCollectiveError(
             f"{fn}: {'the ranks together' if sender is None else f'group rank {sender}'} claim(s) counts "
             f"{list(counts)} and sizes {list(sizes)} (bytes); expected "
-            f"non-negative sizes of at most {bound} bytes in all (this node's memory): a rank that does "
-            "not speak mpicomm's wire format, or a corrupted message"
+            f"non-negative sizes of at most {bound} bytes in all (the cap {PAYLOAD_ENV} sets; by default a "
+            "quarter of this node's memory): a rank that does not speak mpicomm's wire format, a "
+            f"corrupted message, or a payload larger than the cap (raise {PAYLOAD_ENV} on every rank)"
         )
 
 
@@ -256,7 +257,7 @@ def agree(g: ProcessGroup, kind: int, message: str) -> None:
 
 def raise_reports(g: ProcessGroup, kind: int, message: str) -> None:
     """Gather every rank's ``(kind, message)`` as int64 words and bytes (no pickle) and raise the first."""
-    reports = allgather_texts(g.comm, kind, message.encode())
+    reports = allgather_texts(g.comm, kind, message.encode(), side=g.internal)
     raise_first([(k, decode(m)) for k, m in reports])
 
 

@@ -126,6 +126,74 @@ def test_error_paths_in_safe_mode_never_unpickle_with_plain_pickle(
     assert fired == []
 
 
+def _control_exchanges(world: mpicomm.ProcessGroup) -> None:
+    """Every public call that exchanges control data (counts, members, records, reports), none of
+    them carrying objects: in a working call and, where one exists, a failing one."""
+    from mpicomm import jagged_all_to_all
+
+    w, r = world.size(), world.rank()
+    mine, every = mpicomm.new_subgroups()  # ranks per node: one int64 word per rank
+    assert mine is not None and world.ranks[r] in mine.ranks
+    for g in every:
+        mpicomm.destroy_process_group(g)
+    _, every = mpicomm.new_subgroups(1)
+    for g in every:
+        mpicomm.destroy_process_group(g)
+    _, every = mpicomm.new_subgroups_by_enumeration([[i] for i in range(w)])
+    for g in every:
+        mpicomm.destroy_process_group(g)
+    node = mpicomm.new_node_group()
+    mpicomm.destroy_process_group(node)
+    mpicomm.monitored_barrier(timeout=30)
+    values, lengths = np.arange(w, dtype=np.float64), np.ones(w, np.int64)
+    got = jagged_all_to_all(values, lengths, [1] * w)
+    assert got is not None and not isinstance(got, mpicomm.Work)
+    assert got.values.tolist() == [float(r)] * w
+    odd = values.astype(np.float32) if _last(world) else values
+    raises_everywhere(lambda: jagged_all_to_all(odd, lengths, [1] * w), CrossRankMismatchError)
+    keys = [f"k{i}" for i in range(w)]
+    kja = KeyedJaggedArray(keys, np.full(w, r, np.int64), lengths=np.ones(w, np.int64))
+    assert KJTAllToAll([1] * w)(kja).wait().values().tolist() == list(range(w))
+    mpicomm.set_validation(True)
+    try:
+        sub = mpicomm.new_group(list(range(w)))  # the members' record
+        mpicomm.destroy_process_group(sub)
+        ranks = list(range(w)) if r == 0 else list(range(w - 1))
+        raises_everywhere(lambda: mpicomm.new_group(ranks), CrossRankMismatchError)
+        mpicomm.barrier()
+        x = np.ones(2, np.float16 if _last(world) else np.float32)
+        raises_everywhere(lambda: mpicomm.all_reduce(x), CrossRankMismatchError)
+        assert KJTAllToAll([1] * w)(kja).wait().values().tolist() == list(range(w))
+    finally:
+        mpicomm.set_validation(False)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("safe_mode", [True, False], ids=["safe", "not-safe"])
+def test_every_control_exchange_never_unpickles_with_plain_pickle(
+    world: mpicomm.ProcessGroup, safe_mode: bool
+) -> None:
+    """Control words are typed whatever safe mode says; object data is unpickled safely in safe mode."""
+    mpicomm.set_safe_unpickling(safe_mode)
+    try:
+        with tripwire() as fired:
+            _control_exchanges(world)
+            if safe_mode:
+                _error_paths(world)
+                w = world.size()
+                out: list[Any] = [None] * w
+                mpicomm.all_gather_object(out, {"r": world.rank()})
+                assert out == [{"r": i} for i in range(w)]
+                if world.rank() == 0:
+                    mpicomm.send_object_list([{"to": 1}], dst=1)
+                elif world.rank() == 1:
+                    got: list[Any] = [None]
+                    assert mpicomm.recv_object_list(got, src=0) == 0 and got == [{"to": 1}]
+        assert fired == []
+    finally:
+        mpicomm.set_safe_unpickling(False)
+
+
 @pytest.fixture
 def marker(world: mpicomm.ProcessGroup) -> Iterator[str]:
     """A path no rank has created yet, the same on every rank."""
@@ -152,7 +220,7 @@ def _hostile_bcast_data(g: mpicomm.ProcessGroup, payload: bytes) -> None:
     """Rank 0's side of broadcast_object_list, with the payload as the object, then as the error report."""
     g.comm.Bcast([_envelope([0, 1, len(payload), 0, len(payload)], payload), MPI.BYTE], 0)
     g.comm.Allreduce(MPI.IN_PLACE, np.zeros(1, I8), MPI.MAX)
-    allgather_texts(g.comm, 2, payload)
+    allgather_texts(g.comm, 2, payload, side=g.internal)
 
 
 def _hostile_bcast_error(g: mpicomm.ProcessGroup, payload: bytes) -> None:
@@ -163,7 +231,7 @@ def _hostile_bcast_error(g: mpicomm.ProcessGroup, payload: bytes) -> None:
 def _hostile_gather(g: mpicomm.ProcessGroup, payload: bytes) -> None:
     """all_gather_object's meta exchange: a failure whose report is the payload."""
     g.comm.Allgather(np.array([2, 0, 0], I8), np.empty((g.size(), 3), I8))
-    allgather_texts(g.comm, 2, payload)
+    allgather_texts(g.comm, 2, payload, side=g.internal)
 
 
 def _hostile_scatter(g: mpicomm.ProcessGroup, payload: bytes) -> None:
@@ -171,12 +239,12 @@ def _hostile_scatter(g: mpicomm.ProcessGroup, payload: bytes) -> None:
     rows = np.zeros((g.size(), 4), I8)
     rows[:, 0] = 2
     g.comm.Scatter(rows, np.empty(4, I8), 0)
-    bcast_text(g.comm, payload, 0)
+    bcast_text(g.comm, payload, 0, side=g.internal)
 
 
 def _hostile_validation(g: mpicomm.ProcessGroup, payload: bytes) -> None:
     """A validation record that is the payload instead of JSON."""
-    allgather_texts(g.comm, 0, payload, 1 << 20)
+    allgather_texts(g.comm, 0, payload, 1 << 20, g.internal)
 
 
 def _honest_calls(g: mpicomm.ProcessGroup) -> dict[str, Callable[[], Any]]:
