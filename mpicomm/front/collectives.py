@@ -14,7 +14,7 @@ from ..dense import alltoall, batch, gathers, p2p, reductions
 from ..errors import ArgumentTypeError
 from ..gpu import direct, pipeline
 from ..jagged import exchange
-from . import kinds, sparse
+from . import jagged, kinds, sparse
 from .door import BOTH, READ, WRITE, front_door
 
 __all__ = [
@@ -75,9 +75,12 @@ recv = front_door("recv", {"tensor": WRITE}, direct=direct.recv, validated=False
 isend = front_door("isend", {"tensor": READ}, validated=False)(p2p.isend)
 irecv = front_door("irecv", {"tensor": WRITE}, validated=False)(p2p.irecv)
 sendrecv = front_door("sendrecv", {"tensor": READ, "recv_tensor": WRITE}, validated=False)(p2p.sendrecv)
-jagged_all_to_all = front_door("jagged_all_to_all", {"values": READ, "lengths": READ}, returns="values")(
-    exchange.jagged_all_to_all
-)
+jagged_all_to_all = front_door(
+    "jagged_all_to_all",
+    {"values": READ, "lengths": READ},
+    direct=jagged.jagged_all_to_all_direct,
+    returns="values",
+)(exchange.jagged_all_to_all)
 
 
 def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:

@@ -28,15 +28,16 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core.groups import ProcessGroup
 from ..gpu.backend import backend
 from ..gpu.cuda_aware import cuda_awareness
 from ..gpu.staged import StagedWork, Staging
-from ..jagged import keyed, kjt
+from ..jagged import exchange, keyed, kjt
 from ..jagged.device import is_device, namespace, segment_index
 from . import kinds
 from .device import PATHS
 
-__all__ = ["KJTAllToAll", "KJTAllToAllAwaitable", "KeyedJaggedArray"]
+__all__ = ["KJTAllToAll", "KJTAllToAllAwaitable", "KeyedJaggedArray", "jagged_all_to_all_direct"]
 
 _NAME = "KeyedJaggedArray"
 _FN = "KJTAllToAll"
@@ -259,3 +260,25 @@ class KJTAllToAll(kjt.KJTAllToAll):  # noqa: D101 (the host class's docstring)
             host.__class__ = keyed.KeyedJaggedArray
             kja = host
         return KJTAllToAllAwaitable(super().__call__(kja), model)
+
+
+def jagged_all_to_all_direct(
+    values: Any,
+    lengths: Any,
+    send_splits: Sequence[int],
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    """``jagged_all_to_all``'s direct path: what the front door calls for a blocking call on a CUDA-aware MPI.
+
+    Contiguous copies of strided inputs (on the current stream), then
+    :func:`mpicomm.jagged.exchange.jagged_all_to_all_direct`; ``NotImplemented`` for ``async_op``.
+    """
+    if async_op:
+        return NotImplemented
+    be = backend()
+    if is_device(values) and is_device(lengths):
+        values, lengths = be.contiguous(values), be.contiguous(lengths)
+    return exchange.jagged_all_to_all_direct(
+        values, lengths, send_splits, group, _Cuda, lambda: be.current_stream().synchronize()
+    )

@@ -292,3 +292,90 @@ def test_device_methods_agree_with_numpy(cp: Any) -> None:
     assert dev != host  # the same numbers in another memory
     with pytest.raises(ArgumentTypeError, match="expected all on the host or all on the GPU"):
         KeyedJaggedArray.concat([host, dev])
+
+
+# --------------------------------------------------------------------------------------------------
+# jagged_all_to_all on device arrays
+
+
+def rows_everywhere(world: mpicomm.ProcessGroup, seed: int) -> tuple[list[Any], list[Any], list[list[int]]]:
+    """Every rank's rows (lengths, 3-wide values) and splits, the same on every rank."""
+    rng = np.random.default_rng(seed)
+    lengths, values, splits = [], [], []
+    for _ in range(world.size()):
+        cells = rng.integers(0, 4, world.size())
+        lens = rng.integers(0, 3, int(cells.sum())).astype(np.int32)
+        lengths.append(lens)
+        values.append(rng.random((int(lens.sum()), 3)))
+        splits.append(cells.tolist())
+    return lengths, values, splits
+
+
+def rows_for(r: int, lengths: list[Any], values: list[Any], splits: list[list[int]]) -> tuple[Any, Any]:
+    """The reference: what rank r receives, source by source."""
+    want_l, want_v = [], []
+    for s in range(len(lengths)):
+        row0 = sum(splits[s][:r])
+        lo = int(lengths[s][:row0].sum())
+        n = int(lengths[s][row0 : row0 + splits[s][r]].sum())
+        want_l.append(lengths[s][row0 : row0 + splits[s][r]])
+        want_v.append(values[s][lo : lo + n])
+    return np.concatenate(want_l), np.concatenate(want_v)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("strided", [False, True])
+def test_jagged_all_to_all_on_device_matches_the_reference(
+    cp: Any, path: str, world: mpicomm.ProcessGroup, seed: int, strided: bool
+) -> None:
+    lengths, values, splits = rows_everywhere(world, seed)
+    r = world.rank()
+    vals = cp.asarray(values[r])
+    if strided:  # a view with gaps between rows: made contiguous on the device first
+        wide = cp.zeros((vals.shape[0], 6))
+        wide[:, ::2] = vals
+        vals = wide[:, ::2]
+    got = mpicomm.jagged_all_to_all(vals, cp.asarray(lengths[r]), splits[r])
+    assert isinstance(got.values, cp.ndarray) and isinstance(got.lengths, cp.ndarray)
+    want_l, want_v = rows_for(r, lengths, values, splits)
+    np.testing.assert_array_equal(got.lengths.get(), want_l)
+    np.testing.assert_array_equal(got.values.get(), want_v)
+    assert got.lengths.dtype == np.int32 and got.splits == [splits[s][r] for s in range(world.size())]
+    assert dict(front.PATHS) == {("jagged_all_to_all", path): 1}
+
+
+def test_jagged_all_to_all_async_on_device_is_staged(cp: Any, path: str, world: mpicomm.ProcessGroup) -> None:
+    lengths, values, splits = rows_everywhere(world, 5)
+    r = world.rank()
+    work = mpicomm.jagged_all_to_all(cp.asarray(values[r]), cp.asarray(lengths[r]), splits[r], async_op=True)
+    got_l, got_v, _ = work.result()
+    want_l, want_v = rows_for(r, lengths, values, splits)
+    np.testing.assert_array_equal(got_v.get(), want_v)
+    np.testing.assert_array_equal(got_l.get(), want_l)
+    assert dict(front.PATHS) == {("jagged_all_to_all", "staged"): 1}  # CUDA-aware MPIs: no async on device
+
+
+def test_jagged_all_to_all_of_a_foreign_device_array(cp: Any, path: str, world: mpicomm.ProcessGroup) -> None:
+    lengths, values, splits = rows_everywhere(world, 9)
+    r = world.rank()
+    got = mpicomm.jagged_all_to_all(ForeignDeviceArray(values[r]), ForeignDeviceArray(lengths[r]), splits[r])
+    want_l, want_v = rows_for(r, lengths, values, splits)
+    assert isinstance(got.values, cp.ndarray)
+    np.testing.assert_array_equal(got.values.get(), want_v)
+    np.testing.assert_array_equal(got.lengths.get(), want_l)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_jagged_all_to_all_direct_and_host_ranks_fail_alike(
+    cp: Any, monkeypatch: pytest.MonkeyPatch, world: mpicomm.ProcessGroup
+) -> None:
+    monkeypatch.setenv("MPICOMM_CUDA_AWARE", "1")
+    cuda_aware.reset_cuda_awareness()
+    lengths, values, splits = rows_everywhere(world, 1)
+    r = world.rank()
+    lens, vals = (lengths[r], values[r]) if r == 0 else (cp.asarray(lengths[r]), cp.asarray(values[r]))
+    with pytest.raises(
+        CrossRankMismatchError, match=r"jagged_all_to_all: ranks disagree about .* the device path"
+    ):
+        mpicomm.jagged_all_to_all(vals, lens, splits[r])
+    cuda_aware.reset_cuda_awareness()
