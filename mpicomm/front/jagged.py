@@ -210,20 +210,28 @@ def _recat_later(call: kjt._Call, dst: tuple[Any, Any, Any]) -> kjt.KJTAllToAllA
     The gathers are device kernels on the caller's current stream; their indices come from the
     counts the host already has (no pass over the lengths, no host copy of the values).
     """
-    lay, recv = call.a2a._layout, call.recv
+    lay = call.a2a._layout
     out: list[keyed.KeyedJaggedArray] = []
 
     def finish() -> None:
         lengths, values, weights = dst
         if not lay.identity:
             xp = namespace(values)
-            rows = segment_index(xp, recv.rows_sk.reshape(-1), lay.perm, recv.total)
+            rows = _device_rows(xp, call, values.device.id)
             index = segment_index(xp, call.values_sk.reshape(-1), lay.perm, call.received[1])
             lengths, values = lengths[rows], values[index]
             weights = None if weights is None else weights[index]
         out.append(_output(call, lengths, values, weights))
 
     return kjt.KJTAllToAllAwaitable(None, out, finish)
+
+
+def _device_rows(xp: Any, call: kjt._Call, device: int) -> Any:
+    """The lengths' recat index on ``device``: made once per receive plan (it depends on its shape only)."""
+    recv, lay = call.recv, call.a2a._layout
+    if recv.device_rows is None or recv.device_rows[0] != device:
+        recv.device_rows = (device, segment_index(xp, recv.rows_sk.reshape(-1), lay.perm, recv.total))
+    return recv.device_rows[1]
 
 
 def _placed(call: kjt._Call, dst: tuple[Any, Any, Any], pending: Any) -> kjt.KJTAllToAllAwaitable:

@@ -158,6 +158,7 @@ class RecvPlan:
         "__weakref__",
         "_types",
         "counts",
+        "device_rows",
         "displs",
         "row_index",
         "rows_sk",
@@ -180,6 +181,8 @@ class RecvPlan:
             self.stride, self.table = int(got[:, _STRIDE].sum()), None
         self.row_index = None if layout.identity else _gather_index(rows_sk.reshape(-1), layout.perm)
         self._types: list[Any] | None = None
+        #: The row index on a device, as (device id, array), made by the device path on first use.
+        self.device_rows: tuple[int, Any] | None = None
 
     def row_types(self, layout: Layout, base: Any) -> list[Any]:
         """Per source, the indexed datatype that puts its lengths in place (made once, freed with the plan).

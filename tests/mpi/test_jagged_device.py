@@ -379,3 +379,28 @@ def test_jagged_all_to_all_direct_and_host_ranks_fail_alike(
     ):
         mpicomm.jagged_all_to_all(vals, lens, splits[r])
     cuda_aware.reset_cuda_awareness()
+
+
+def test_the_host_class_points_device_arrays_to_the_public_one(cp: Any, world: mpicomm.ProcessGroup) -> None:
+    from mpicomm.jagged import KJTAllToAll as HostKJTAllToAll
+
+    if world.size() == 1:
+        pytest.skip("at world size 1 the input is returned unexchanged")
+    n = world.size()
+    with pytest.raises(
+        ArgumentTypeError, match=r"holds device arrays; expected numpy arrays here \(mpicomm\.KJTAllToAll"
+    ):
+        HostKJTAllToAll([1] * n)(one_key_per_rank(cp, world))
+
+
+def test_a_repeated_shape_reuses_the_device_row_index(
+    cp: Any, path: str, world: mpicomm.ProcessGroup
+) -> None:
+    n, r = world.size(), world.rank()
+    a2a = KJTAllToAll([1] * n)
+    first = a2a(one_key_per_rank(cp, world)).wait()
+    (plan,) = [p for s in a2a._send.values() for p in s.recv.values()] or [None]
+    second = a2a(one_key_per_rank(cp, world)).wait()
+    assert first == second and second.values().get().tolist() == [10.0 * s + r for s in range(n)]
+    if n > 1 and not a2a._layout.identity:
+        assert plan is not None and plan.device_rows is not None
