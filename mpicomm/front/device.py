@@ -35,6 +35,7 @@ import numpy as np
 from .. import _mpi
 from ..core.groups import resolve, root_rank
 from ..core.work import Work, completed
+from ..dense import batch, p2p
 from ..errors import ArgumentTypeError, CommunicationError
 from ..gpu.backend import backend
 from ..gpu.cuda_aware import cuda_awareness
@@ -243,3 +244,43 @@ def _staged(
         return completed(list(_on_device(out.result())))
     stage.upload()
     return _on_device(out) if allocates and out is not None else out
+
+
+def batch_on_device(ops: list[Any], fn: str) -> list[Any]:
+    """``batch_isend_irecv`` of device arrays: staged, one pinned buffer per operation.
+
+    Everything is checked first (sides, devices, aliasing across the batch, then the host checks on
+    the host buffers); the receive buffers are copied down too, so that a shorter message leaves the
+    rest of the array as it was. Each receive's ``Work`` uploads its buffer when it completes.
+
+    Raises:
+        ArgumentTypeError: host and device arrays mixed in the batch.
+        ArgumentError: two operations overlap where one receives, or the host checks fail.
+    """
+    arrays = {f"p2p_op_list[{i}].tensor": p.tensor for i, p in enumerate(ops)}
+    _check_sides(fn, arrays, dict.fromkeys(arrays, READ))
+    writes = [p.op is p2p.irecv for p in ops]
+    be = backend()
+    batch.check_batch_aliasing([p.tensor for p in ops], writes, fn, span=be.span, exact=lambda a, b: True)
+    stages = [Staging() for _ in ops]
+    staged_ops = []
+    for stage, p, write in zip(stages, ops, writes, strict=True):
+        h = stage.host(p.tensor, True, write)
+        staged_ops.append(batch.P2POp(p.op, h, p.peer, p.group, p.tag, p.group_peer))
+    try:
+        for stage in stages:
+            stage.download()
+        works = batch.batch_isend_irecv(staged_ops)
+    except BaseException:
+        for stage in stages:
+            stage.release()
+        raise
+    PATHS[fn, "staged"] += 1
+    if not works:  # a rank outside the group: nothing was posted
+        for stage in stages:
+            stage.release()
+        return []
+    return [
+        StagedWork(w, s, [p.tensor] if write else [])
+        for w, s, p, write in zip(works, stages, ops, writes, strict=True)
+    ]
