@@ -20,6 +20,11 @@ class LazyEvent:
     def synchronize(self) -> None:
         self.stream.run(self.upto)
 
+    @property
+    def done(self) -> bool:  # a query: the work is taken as finished by then
+        self.synchronize()
+        return True
+
 
 class LazyStream:
     def __init__(self, name: str) -> None:
@@ -162,6 +167,18 @@ class LazyBackend:
         face = x.__cuda_array_interface__
         host = HostMemory(face).array()
         return DeviceArray(host, getattr(x, "device_id", 0))
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> DeviceArray:
+        return DeviceArray(np.empty(shape, dtype))
+
+    def copy(self, dst: DeviceArray, src: DeviceArray, stream: LazyStream) -> None:
+        d, s = dst.a, src.a
+        stream.enqueue(lambda: np.copyto(d, s))
+
+    def span(self, x: DeviceArray) -> tuple[int, int]:
+        from mpicomm.gpu.backend import span_of
+
+        return span_of(x.a.ctypes.data, x.a.shape, x.a.strides, x.a.itemsize)
 
     def write_later(self, dev: DeviceArray, values: np.ndarray) -> None:
         """Queue a 'kernel' on the current stream that writes ``values`` into ``dev`` (not run yet)."""

@@ -235,17 +235,16 @@ def _device_rows(xp: Any, call: kjt._Call, device: int) -> Any:
 
 
 def _placed(call: kjt._Call, dst: tuple[Any, Any, Any], pending: Any) -> kjt.KJTAllToAllAwaitable:
-    """An awaitable for the staged placed path: MPI already puts segments in order; upload when done."""
-    out: list[keyed.KeyedJaggedArray] = []
+    """An awaitable for the staged placed path: MPI already puts segments in order; upload when done.
+
+    The output holds the device arrays the upload fills: the staged Work uploads once MPI's
+    operation completes (in ``wait()``, or an ``is_completed()`` that finds it done).
+    """
+    out = [_output(call, *dst)]
     if pending is None:
-        return kjt.KJTAllToAllAwaitable(None, [_output(call, *dst)])
+        return kjt.KJTAllToAllAwaitable(None, out)
     work, stage = pending
-
-    def after() -> None:
-        stage.upload()
-        out.append(_output(call, *dst))
-
-    return kjt.KJTAllToAllAwaitable(StagedWork(work, after, []), out)
+    return kjt.KJTAllToAllAwaitable(StagedWork(work, stage, []), out)
 
 
 def _output(call: kjt._Call, lengths: Any, values: Any, weights: Any) -> keyed.KeyedJaggedArray:

@@ -8,6 +8,7 @@ missing wait reads stale data (or poison) instead of passing by luck.
 from __future__ import annotations
 
 import collections
+import ctypes
 import itertools
 import threading
 import time
@@ -269,16 +270,18 @@ class PinnedMemory(_memory.Memory):
 
 
 class PinnedMemoryPointer:
-    """A pointer into pinned memory; numpy arrays made over it keep it (and its block) alive."""
+    """A pointer into pinned memory with the buffer protocol (``numpy.frombuffer`` takes it), as cupy's.
 
-    def __init__(self, mem: PinnedMemory, offset: int) -> None:
-        self.mem, self.ptr, self.size = mem, mem.ptr + offset, mem.size - offset
-        self.__array_interface__ = {
-            "shape": (self.size,),
-            "typestr": "|u1",
-            "data": (self.ptr, False),
-            "version": 3,
-        }
+    The fake builds it as a ctypes array over the memory (Python 3.11 classes cannot export buffers
+    otherwise); arrays made over it keep it, and so its memory, alive.
+    """
+
+    def __new__(cls, mem: PinnedMemory, offset: int) -> Any:  # type: ignore[misc]
+        size = mem.size - int(offset)
+        view = type("PinnedMemoryPointer", (ctypes.c_ubyte * size,), {"size": lambda self: size})
+        out = view.from_address(mem.ptr + int(offset))
+        out.mem, out.ptr = mem, mem.ptr + int(offset)
+        return out
 
 
 class PinnedMemoryPool:
@@ -337,5 +340,5 @@ def pinned_array(shape: Any, dtype: Any, order: str = "C") -> np.ndarray:
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     ptr = alloc_pinned_memory(nbytes)
-    flat = np.asarray(ptr)[:nbytes]
+    flat = np.frombuffer(ptr, np.uint8, nbytes)
     return flat.view(dtype).reshape(shape, order=order)  # type: ignore[call-overload]
