@@ -404,3 +404,25 @@ def test_a_repeated_shape_reuses_the_device_row_index(
     assert first == second and second.values().get().tolist() == [10.0 * s + r for s in range(n)]
     if n > 1 and not a2a._layout.identity:
         assert plan is not None and plan.device_rows is not None
+
+
+@pytest.mark.parametrize("vbe", [False, True], ids=["stride", "vbe"])
+def test_vbe_weights_and_a_rank_without_keys_on_device(
+    cp: Any, path: str, placement: str, world: mpicomm.ProcessGroup, vbe: bool
+) -> None:
+    """Every rank's batch differs (per key under VBE), weights travel, and the last rank gets no keys."""
+    n, r = world.size(), world.rank()
+    rng = np.random.default_rng(21)
+    keys = [f"f{i}" for i in range(2 * n - 1)]
+    inputs = []
+    for _ in range(n):
+        stride = int(rng.integers(0, 4))
+        slots = {k: int(rng.integers(0, 4)) if vbe else stride for k in keys}
+        rows = {k: [rng.integers(0, 100, int(rng.integers(0, 4))) for _ in range(slots[k])] for k in keys}
+        weights = {k: [rng.random(len(x)).astype(np.float32) for x in rows[k]] for k in keys}
+        inputs.append(RankInput(keys, rows, weights, vbe, np.int32, stride, slots))
+    splits = [2] * (n - 1) + [1] if n > 1 else [1]
+    if n > 1:  # the last rank gets none: its key goes to rank 0
+        splits[0], splits[-1] = 3, 0
+    out = KJTAllToAll(splits)(on_device(cp, inputs[r])).wait()
+    check_output(to_host(cp, out), reference_all_to_all(inputs, splits)[r])
