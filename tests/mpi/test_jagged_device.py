@@ -426,3 +426,17 @@ def test_vbe_weights_and_a_rank_without_keys_on_device(
         splits[0], splits[-1] = 3, 0
     out = KJTAllToAll(splits)(on_device(cp, inputs[r])).wait()
     check_output(to_host(cp, out), reference_all_to_all(inputs, splits)[r])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_device_segment_index_equals_the_host_gather_index(cp: Any, seed: int) -> None:
+    from mpicomm.jagged.device import segment_index
+    from mpicomm.jagged.placement import _gather_index
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 5, int(rng.integers(1, 30))) * (rng.random() < 0.9)  # sometimes all empty
+    order = rng.permutation(sizes.size)
+    want = _gather_index(sizes, order)
+    assert segment_index(np, sizes, order, int(sizes.sum())).tolist() == want.tolist()
+    got = segment_index(cp, sizes, order, int(sizes.sum()))
+    assert isinstance(got, cp.ndarray) and got.get().tolist() == want.tolist()
