@@ -57,8 +57,16 @@ class DeviceArray:
         self.device = type("Device", (), {"id": device})()
 
     @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        return {"shape": self.a.shape, "typestr": self.a.dtype.str, "data": (0, False), "version": 3}
+    def __cuda_array_interface__(self) -> dict[str, Any]:  # host memory: MPI carries it on the direct path
+        a = self.a
+        strides = None if a.flags.c_contiguous else a.strides
+        return {
+            "shape": a.shape,
+            "typestr": a.dtype.str,
+            "data": (a.ctypes.data, False),
+            "strides": strides,
+            "version": 3,
+        }
 
     shape = property(lambda self: self.a.shape)
     dtype = property(lambda self: self.a.dtype)

@@ -32,11 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _mpi
 from ..core.groups import resolve, root_rank
 from ..core.work import Work, completed
 from ..dense import batch, p2p
-from ..errors import ArgumentTypeError, CommunicationError
+from ..errors import ArgumentTypeError
 from ..gpu.backend import backend
 from ..gpu.cuda_aware import cuda_awareness
 from ..gpu.staged import StagedWork, Staging
@@ -87,22 +86,19 @@ def on_device(
     Raises:
         ArgumentTypeError: host and device arrays mixed in one call.
         ArgumentError: a device array on another device than the current one.
-        CommunicationError: MPI reported an error.
+        mpi4py.MPI.Exception: MPI reported an error (the front door makes it a CommunicationError).
     """
     _check_sides(fn, bound.arguments, roles)
     blocking = not bound.arguments.get("async_op", False)
-    try:
-        for path, impl in (("direct", direct), ("pipelined", pipelined)):
-            if impl is None or (path == "direct" and not (blocking and cuda_awareness().aware)):
-                continue
-            done = impl(*bound.args, **bound.kwargs)
-            if done is not NotImplemented:
-                PATHS[fn, path] += 1
-                return done
-        PATHS[fn, "staged"] += 1
-        return _staged(fn, host, bound, _roles_here(fn, bound.arguments, roles), returns is not None)
-    except _mpi.MPI.Exception as exc:
-        raise CommunicationError(f"{fn}: MPI reported an error: {exc}") from exc
+    for path, impl in (("direct", direct), ("pipelined", pipelined)):
+        if impl is None or (path == "direct" and not (blocking and cuda_awareness().aware)):
+            continue
+        done = impl(*bound.args, **bound.kwargs)
+        if done is not NotImplemented:
+            PATHS[fn, path] += 1
+            return done
+    PATHS[fn, "staged"] += 1
+    return _staged(fn, host, bound, _roles_here(fn, bound.arguments, roles), returns is not None)
 
 
 def _arrays(arguments: dict[str, Any], roles: dict[str, str]) -> list[tuple[str, Any]]:

@@ -164,8 +164,10 @@ class ndarray:
         return (2, self._mem.device_id)
 
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        """A capsule over the memory; it says host memory (the fake's truth), which consumers carry as is."""
         flush()
-        return self._a.__dlpack__()  # the capsule says host memory: only the fake reads it back
+        keep = {k: v for k, v in kwargs.items() if k in ("max_version", "copy") and v is not None}
+        return self._a.__dlpack__(**keep)
 
     def toDlpack(self) -> Any:
         return self.__dlpack__()
