@@ -20,6 +20,11 @@ class LazyEvent:
     def synchronize(self) -> None:
         self.stream.run(self.upto)
 
+    @property
+    def done(self) -> bool:  # a query: the work is taken as finished by then
+        self.synchronize()
+        return True
+
 
 class LazyStream:
     def __init__(self, name: str) -> None:
@@ -52,8 +57,16 @@ class DeviceArray:
         self.device = type("Device", (), {"id": device})()
 
     @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        return {"shape": self.a.shape, "typestr": self.a.dtype.str, "data": (0, False), "version": 3}
+    def __cuda_array_interface__(self) -> dict[str, Any]:  # host memory: MPI carries it on the direct path
+        a = self.a
+        strides = None if a.flags.c_contiguous else a.strides
+        return {
+            "shape": a.shape,
+            "typestr": a.dtype.str,
+            "data": (a.ctypes.data, False),
+            "strides": strides,
+            "version": 3,
+        }
 
     shape = property(lambda self: self.a.shape)
     dtype = property(lambda self: self.a.dtype)
@@ -162,6 +175,18 @@ class LazyBackend:
         face = x.__cuda_array_interface__
         host = HostMemory(face).array()
         return DeviceArray(host, getattr(x, "device_id", 0))
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> DeviceArray:
+        return DeviceArray(np.empty(shape, dtype))
+
+    def copy(self, dst: DeviceArray, src: DeviceArray, stream: LazyStream) -> None:
+        d, s = dst.a, src.a
+        stream.enqueue(lambda: np.copyto(d, s))
+
+    def span(self, x: DeviceArray) -> tuple[int, int]:
+        from mpicomm.gpu.backend import span_of
+
+        return span_of(x.a.ctypes.data, x.a.shape, x.a.strides, x.a.itemsize)
 
     def write_later(self, dev: DeviceArray, values: np.ndarray) -> None:
         """Queue a 'kernel' on the current stream that writes ``values`` into ``dev`` (not run yet)."""

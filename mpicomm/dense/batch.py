@@ -18,7 +18,7 @@ from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
 from .p2p import _peer, _tag, irecv, isend
 
-__all__ = ["P2POp", "batch_isend_irecv"]
+__all__ = ["P2POp", "batch_isend_irecv", "check_batch_aliasing"]
 
 _OPS: dict[str, str] = {"isend": "dst", "irecv": "src", "send": "dst", "recv": "src"}
 
@@ -93,7 +93,68 @@ def _check(ops: list[P2POp]) -> list[Callable[[], Work]]:
     if g.comm is None:
         warn_non_member(g, fn)
         return []
-    return [_prepare(g, p, i, fn) for i, p in enumerate(ops)]
+    posts = [_prepare(g, p, i, fn) for i, p in enumerate(ops)]
+    check_batch_aliasing([p.tensor for p in ops], [p.op is irecv for p in ops], fn)
+    return posts
+
+
+def _span(x: np.ndarray) -> tuple[int, int]:
+    """The byte addresses ``[low, high)`` of ``x``'s elements."""
+    ptr = int(x.__array_interface__["data"][0])
+    if x.size == 0:
+        return ptr, ptr
+    low = ptr + sum((n - 1) * s for n, s in zip(x.shape, x.strides, strict=True) if s < 0)
+    return low, ptr + sum((n - 1) * s for n, s in zip(x.shape, x.strides, strict=True) if s > 0) + x.itemsize
+
+
+def check_batch_aliasing(
+    arrays: list[Any],
+    written: list[bool],
+    fn: str,
+    span: Callable[[Any], tuple[int, int]] | None = None,
+    exact: Callable[[Any, Any], bool] | None = None,
+) -> None:
+    """Raise if two operations of a batch share memory where one of them is received into.
+
+    One sort of the byte ranges (O(n log n)); ranges that meet are compared element-exact where
+    ``exact`` can (numpy: ``np.shares_memory`` for strided views). Two sends may share memory.
+
+    Args:
+        arrays: Each operation's array (numpy arrays, or device arrays with ``span``).
+        written: Whether each operation receives into its array.
+        fn: The public function, for the message.
+        span: The byte range of an array; numpy's layout by default.
+        exact: Whether two arrays whose ranges meet share an element; by default numpy's answer for
+            numpy arrays, else True.
+
+    Raises:
+        ArgumentError: two operations overlap and one of them writes.
+    """
+    if not any(written):
+        return
+    spans = [(span or _span)(x) for x in arrays]
+    order = sorted((k for k in range(len(arrays)) if spans[k][0] < spans[k][1]), key=lambda k: spans[k][0])
+    open_: list[int] = []
+    for k in order:
+        open_ = [j for j in open_ if spans[j][1] > spans[k][0]]
+        for j in open_:
+            if (written[j] or written[k]) and _shares(arrays[j], arrays[k], exact):
+                a, b = sorted((j, k))
+                which = "both are" if written[a] and written[b] else "one of them is"
+                raise ArgumentError(
+                    f"{fn}: p2p_op_list[{b}].tensor overlaps p2p_op_list[{a}].tensor in memory and {which} "
+                    "received into; expected separate arrays for the operations of one batch (MPI forbids "
+                    "writing a buffer that another operation uses)"
+                )
+        open_.append(k)
+
+
+def _shares(a: Any, b: Any, exact: Callable[[Any, Any], bool] | None) -> bool:
+    if exact is not None:
+        return exact(a, b)
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return (a.flags.c_contiguous and b.flags.c_contiguous) or bool(np.shares_memory(a, b))
+    return True
 
 
 def _prepare(g: ProcessGroup, p: P2POp, i: int, fn: str) -> Callable[[], Work]:

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..dense import alltoall, batch, gathers, p2p, reductions
-from ..errors import ArgumentTypeError
 from ..gpu import direct, pipeline
 from ..jagged import exchange
-from . import kinds, sparse
+from . import device, jagged, kinds, sparse
 from .door import BOTH, READ, WRITE, front_door
 
 __all__ = [
@@ -46,13 +45,13 @@ all_reduce = front_door(
 broadcast = front_door("broadcast", {"tensor": BOTH}, direct=direct.broadcast, pipelined=pipeline.broadcast)(
     reductions.broadcast
 )
-reduce = front_door("reduce", {"tensor": BOTH})(reductions.reduce)
+reduce = front_door("reduce", {"tensor": BOTH}, pipelined=pipeline.reduce)(reductions.reduce)
 reduce_scatter = front_door("reduce_scatter", {"output": WRITE, "input_list": READ})(
     reductions.reduce_scatter
 )
-reduce_scatter_tensor = front_door("reduce_scatter_tensor", {"output": WRITE, "input": READ})(
-    reductions.reduce_scatter_tensor
-)
+reduce_scatter_tensor = front_door(
+    "reduce_scatter_tensor", {"output": WRITE, "input": READ}, pipelined=pipeline.reduce_scatter_tensor
+)(reductions.reduce_scatter_tensor)
 reduce_scatter_single = reduce_scatter_tensor
 all_gather = front_door("all_gather", {"tensor_list": WRITE, "tensor": READ})(gathers.all_gather)
 all_gather_into_tensor = front_door(
@@ -75,9 +74,12 @@ recv = front_door("recv", {"tensor": WRITE}, direct=direct.recv, validated=False
 isend = front_door("isend", {"tensor": READ}, validated=False)(p2p.isend)
 irecv = front_door("irecv", {"tensor": WRITE}, validated=False)(p2p.irecv)
 sendrecv = front_door("sendrecv", {"tensor": READ, "recv_tensor": WRITE}, validated=False)(p2p.sendrecv)
-jagged_all_to_all = front_door("jagged_all_to_all", {"values": READ, "lengths": READ}, returns="values")(
-    exchange.jagged_all_to_all
-)
+jagged_all_to_all = front_door(
+    "jagged_all_to_all",
+    {"values": READ, "lengths": READ},
+    direct=jagged.jagged_all_to_all_direct,
+    returns="values",
+)(exchange.jagged_all_to_all)
 
 
 def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:
@@ -85,7 +87,8 @@ def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:
 
     All operations are checked first; then each is posted as one MPI non-blocking call, in list
     order. Unlike NCCL, MPI needs no matching order between ranks, so any pattern (a ring, a
-    halo exchange) works. Tensors may be numpy arrays or torch CPU tensors (written in place).
+    halo exchange) works. Tensors may be numpy arrays, torch tensors or cupy arrays (written in place),
+    all on the host or all on the GPU; device ones are staged through pinned host buffers.
 
     Args:
         p2p_op_list: The operations, all on the same group.
@@ -94,7 +97,8 @@ def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:
         One Work per operation, in list order (no Work for an operation on a group this rank is not in).
 
     Raises:
-        ArgumentTypeError: an entry is not a P2POp, a tensor is not an array, or is on a GPU.
+        ArgumentTypeError: an entry is not a P2POp, a tensor is not an array, or host and device
+            arrays are mixed.
         ArgumentError: an empty list, operations on different groups, bad peers, tags or buffers,
             or two operations whose memory overlaps where one of them is received into.
 
@@ -115,6 +119,8 @@ def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:
         for p in p2p_op_list
     ):
         p2p_op_list = [_host_op(p, i, fn) for i, p in enumerate(p2p_op_list)]
+        if any(isinstance(p, batch.P2POp) and kinds.kind_of(p.tensor) == kinds.CUPY for p in p2p_op_list):
+            return device.batch_on_device(p2p_op_list, fn)
     return batch.batch_isend_irecv(p2p_op_list)
 
 
@@ -126,9 +132,5 @@ def _host_op(p: Any, i: int, fn: str) -> Any:
         return p
     arg = f"p2p_op_list[{i}].tensor"
     v = kinds.view(p.tensor, kind, fn, arg, write=p.op is p2p.irecv)
-    if kinds.kind_of(v) == kinds.CUPY:
-        raise ArgumentTypeError(
-            f"{fn}: {arg} is a device array; expected host arrays (device arrays: isend/irecv one by one)"
-        )
     op = batch.P2POp(p.op, v, p.peer, p.group, p.tag, p.group_peer)
     return op

@@ -11,6 +11,15 @@ arrays on one side, device ones on the current device), then takes one path:
   (``mpicomm.gpu.staged``), or the chunked pipeline for large element-wise reductions
   (``mpicomm.gpu.pipeline``).
 
+The staged path copies only what the host code reads and writes on this rank: nothing on a rank
+outside the group; the root's array only down and the others' only up for ``broadcast``; every
+rank's down and only the destination's up for ``reduce``; the gather list only up on the root. A
+receive may be shorter than its array: receive buffers are copied down first, so the elements MPI
+does not write keep their values. An argument that lies inside another one's memory (the in-place
+idiom of ``all_gather_into_tensor``, or an ``all_to_all_single`` whose input is its output) is
+staged as a view of that one's host buffer, so the host code sees the same aliasing and takes the
+same decision (its in-place path, or its overlap error).
+
 The path each call took is counted in :data:`PATHS` (for tests and ``info``).
 """
 
@@ -23,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from ..core.groups import resolve, root_rank
 from ..core.work import Work, completed
+from ..dense import batch, p2p
 from ..errors import ArgumentTypeError
 from ..gpu.backend import backend
 from ..gpu.cuda_aware import cuda_awareness
@@ -37,6 +48,16 @@ PATHS: Counter[tuple[str, str]] = Counter()
 
 #: Roles of array arguments: read (input), written (output), or both (the front door names them).
 READ, WRITE, BOTH = "read", "write", "both"
+
+# Calls whose receive buffer MPI may fill only in part (a shorter message).
+_PARTIAL = frozenset(("recv", "irecv", "sendrecv"))
+# Rooted calls: (root argument, group-rank argument, argument -> (role on the root, role elsewhere)).
+_ROOTED: dict[str, tuple[str, str, dict[str, tuple[str | None, str | None]]]] = {
+    "broadcast": ("src", "group_src", {"tensor": (READ, WRITE)}),
+    "reduce": ("dst", "group_dst", {"tensor": (BOTH, READ)}),
+    "gather": ("dst", "group_dst", {"gather_list": (WRITE, None)}),
+    "scatter": ("src", "group_src", {"scatter_list": (READ, None)}),
+}
 
 
 def on_device(
@@ -65,6 +86,7 @@ def on_device(
     Raises:
         ArgumentTypeError: host and device arrays mixed in one call.
         ArgumentError: a device array on another device than the current one.
+        mpi4py.MPI.Exception: MPI reported an error (the front door makes it a CommunicationError).
     """
     _check_sides(fn, bound.arguments, roles)
     blocking = not bound.arguments.get("async_op", False)
@@ -76,7 +98,7 @@ def on_device(
             PATHS[fn, path] += 1
             return done
     PATHS[fn, "staged"] += 1
-    return _staged(host, bound, roles, returns is not None)
+    return _staged(fn, host, bound, _roles_here(fn, bound.arguments, roles), returns is not None)
 
 
 def _arrays(arguments: dict[str, Any], roles: dict[str, str]) -> list[tuple[str, Any]]:
@@ -104,6 +126,28 @@ def _check_sides(fn: str, arguments: dict[str, Any], roles: dict[str, str]) -> N
             be.check_device(x, fn, arg)
 
 
+def _roles_here(fn: str, arguments: dict[str, Any], roles: dict[str, str]) -> dict[str, str | None]:
+    """The roles on this rank: none outside the group, the root's or the others' in rooted calls.
+
+    Where the group or the root is not valid the declared roles stay (the host code raises).
+    """
+    here: dict[str, str | None] = dict(roles)
+    try:
+        g = resolve(arguments.get("group"), fn)
+        if g.comm is None:
+            return dict.fromkeys(roles)
+        rooted = _ROOTED.get(fn)
+        if rooted is not None:
+            arg, local, per = rooted
+            mine = root_rank(g, arguments.get(arg), arguments.get(local), fn, arg) == g.rank()
+            here.update({name: pair[0] if mine else pair[1] for name, pair in per.items()})
+    except Exception:
+        return here
+    if fn in _PARTIAL:
+        here = {a: BOTH if r == WRITE else r for a, r in here.items()}
+    return here
+
+
 def _on_device(res: Any) -> Any:
     """A host result's arrays as device arrays (other fields, such as a list of splits, stay)."""
     be = backend()
@@ -112,23 +156,73 @@ def _on_device(res: Any) -> Any:
     return [be.asarray(v) if isinstance(v, np.ndarray) else v for v in res]
 
 
+def _stage_all(stage: Staging, bound: inspect.BoundArguments, roles: dict[str, str | None]) -> list[Any]:
+    """Replace every device argument by its host buffer (nested in a container's where it lies inside one).
+
+    Returns:
+        The device arrays the call writes (what its Work shows).
+    """
+    be = stage.be
+    entries: list[tuple[str, int | None, Any, bool, bool]] = []
+    for arg, role in roles.items():
+        value = bound.arguments.get(arg)
+        if value is None:
+            continue
+        read, write = role in (READ, BOTH), role in (WRITE, BOTH)
+        if isinstance(value, (list, tuple)):
+            bound.arguments[arg] = list(value)
+            entries.extend((arg, i, x, read, write) for i, x in enumerate(value))
+        else:
+            entries.append((arg, None, value, read, write))
+    spans = [be.span(x) for _, _, x, _, _ in entries]
+    order = sorted(range(len(entries)), key=lambda k: spans[k][0] - spans[k][1])  # the largest first
+    placed: list[tuple[int, np.ndarray]] = []
+    shown: list[Any] = []
+    for k in order:
+        arg, i, x, read, write = entries[k]
+        inside = _container(k, spans, entries, placed)
+        if inside is not None:
+            j, buf = inside
+            outer_read, outer_write = entries[j][3], entries[j][4]
+            off = spans[k][0] - spans[j][0]
+            view = buf.reshape(-1).view(np.uint8)[off : off + int(x.nbytes)]
+            h = stage.host(x, read and not outer_read, write and not outer_write, inside=view)
+        else:
+            h = stage.host(x, read, write)
+        placed.append((k, h))
+        if i is None:
+            bound.arguments[arg] = h
+        else:
+            bound.arguments[arg][i] = h
+        if write:
+            shown.append(x)
+    return shown
+
+
+def _container(
+    k: int, spans: list[tuple[int, int]], entries: list[Any], placed: list[tuple[int, np.ndarray]]
+) -> tuple[int, np.ndarray] | None:
+    """A staged contiguous argument whose memory holds all of entry ``k``'s (contiguous) memory."""
+    lo, hi = spans[k]
+    if lo == hi or not entries[k][2].flags.c_contiguous:
+        return None
+    for j, buf in placed:
+        a, b = spans[j]
+        if a <= lo and hi <= b and entries[j][2].flags.c_contiguous:
+            return j, buf
+    return None
+
+
 def _staged(
-    host: Callable[..., Any], bound: inspect.BoundArguments, roles: dict[str, str], allocates: bool
+    fn: str,
+    host: Callable[..., Any],
+    bound: inspect.BoundArguments,
+    roles: dict[str, str | None],
+    allocates: bool,
 ) -> Any:
     stage = Staging()
-    shown: list[Any] = []
     try:
-        for arg, role in roles.items():
-            value = bound.arguments.get(arg)
-            if value is None:
-                continue
-            read, write = role in (READ, BOTH), role in (WRITE, BOTH)
-            if isinstance(value, (list, tuple)):
-                bound.arguments[arg] = [stage.host(x, read, write) for x in value]
-                shown.extend(value if write else [])
-            else:
-                bound.arguments[arg] = stage.host(value, read, write)
-                shown.extend([value] if write else [])
+        shown = _stage_all(stage, bound, roles)
         stage.download()
         out = host(*bound.args, **bound.kwargs)
     except BaseException:
@@ -136,11 +230,53 @@ def _staged(
         raise
     if isinstance(out, Work):
         if not allocates:
-            return StagedWork(out, stage.upload, shown)
+            return StagedWork(out, stage, shown)
         try:  # calls that allocate their outputs finish here, and hand back a completed Work
             out.wait()
-        finally:
-            stage.upload()
+        except BaseException:
+            stage.release()
+            raise
+        stage.upload()
         return completed(list(_on_device(out.result())))
     stage.upload()
     return _on_device(out) if allocates and out is not None else out
+
+
+def batch_on_device(ops: list[Any], fn: str) -> list[Any]:
+    """``batch_isend_irecv`` of device arrays: staged, one pinned buffer per operation.
+
+    Everything is checked first (sides, devices, aliasing across the batch, then the host checks on
+    the host buffers); the receive buffers are copied down too, so that a shorter message leaves the
+    rest of the array as it was. Each receive's ``Work`` uploads its buffer when it completes.
+
+    Raises:
+        ArgumentTypeError: host and device arrays mixed in the batch.
+        ArgumentError: two operations overlap where one receives, or the host checks fail.
+    """
+    arrays = {f"p2p_op_list[{i}].tensor": p.tensor for i, p in enumerate(ops)}
+    _check_sides(fn, arrays, dict.fromkeys(arrays, READ))
+    writes = [p.op is p2p.irecv for p in ops]
+    be = backend()
+    batch.check_batch_aliasing([p.tensor for p in ops], writes, fn, span=be.span, exact=lambda a, b: True)
+    stages = [Staging() for _ in ops]
+    staged_ops = []
+    for stage, p, write in zip(stages, ops, writes, strict=True):
+        h = stage.host(p.tensor, True, write)
+        staged_ops.append(batch.P2POp(p.op, h, p.peer, p.group, p.tag, p.group_peer))
+    try:
+        for stage in stages:
+            stage.download()
+        works = batch.batch_isend_irecv(staged_ops)
+    except BaseException:
+        for stage in stages:
+            stage.release()
+        raise
+    PATHS[fn, "staged"] += 1
+    if not works:  # a rank outside the group: nothing was posted
+        for stage in stages:
+            stage.release()
+        return []
+    return [
+        StagedWork(w, s, [p.tensor] if write else [])
+        for w, s, p, write in zip(works, stages, ops, writes, strict=True)
+    ]

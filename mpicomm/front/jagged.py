@@ -1,11 +1,25 @@
 """The public ``KeyedJaggedArray`` and ``KJTAllToAll``: the jagged all-to-all on the arrays users hold.
 
-The classes of :mod:`mpicomm.jagged` work on numpy arrays. These subclasses take torch CPU tensors
-(and any array kind the front door views, :mod:`mpicomm.front.kinds`) for values, lengths, offsets
-and weights, keep numpy views of them inside (no copy), and answer in the caller's kind: a
-KeyedJaggedArray built from torch tensors gives torch tensors from ``values()``, ``lengths()``,
-``offsets()`` and ``weights()``, and the KeyedJaggedArray that :class:`KJTAllToAll` returns for it
-does too. Device arrays are refused with a clear message: the jagged all-to-all runs on the host.
+The classes of :mod:`mpicomm.jagged` work on numpy or cupy arrays. These subclasses also take torch
+tensors (CPU or CUDA) and any array kind the front door views (:mod:`mpicomm.front.kinds`) for
+values, lengths, offsets and weights, keep zero-copy numpy or cupy views of them inside, and answer
+in the caller's kind: a KeyedJaggedArray built from torch tensors gives torch tensors from
+``values()``, ``lengths()``, ``offsets()`` and ``weights()``, and the KeyedJaggedArray that
+:class:`KJTAllToAll` returns for it does too (torch CUDA in, torch CUDA out).
+
+Device arrays take one of two paths (:data:`mpicomm.front.device.PATHS` counts them):
+
+* **direct** (a CUDA-aware MPI): the counts message on the host, then one blocking ``Alltoallv``
+  each of lengths, values and weights on the device memory itself; every rank announces it in the
+  counts message, so all ranks take the blocking path (CUDA-aware MPIs do not take device memory
+  in non-blocking collectives) or all raise one error.
+* **staged** (any other MPI): the same MPI calls as the host path on pinned host buffers, between a
+  download and an upload on mpicomm's copy streams (:mod:`mpicomm.gpu.staged`), so staged device
+  ranks and host ranks mix in one exchange.
+
+Either way the recat (key, then source order) runs on the device
+(:func:`mpicomm.jagged.device.segment_index`); only the per-key value offsets (one number per key)
+come to the host, for the counts message.
 """
 
 from __future__ import annotations
@@ -14,28 +28,29 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from ..errors import ArgumentTypeError
-from ..jagged import keyed, kjt
+from ..core.groups import ProcessGroup
+from ..gpu.backend import backend
+from ..gpu.cuda_aware import cuda_awareness
+from ..gpu.staged import StagedWork, Staging
+from ..jagged import exchange, keyed, kjt
+from ..jagged.device import is_device, namespace, segment_index
 from . import kinds
+from .device import PATHS
 
-__all__ = ["KJTAllToAll", "KJTAllToAllAwaitable", "KeyedJaggedArray"]
+__all__ = ["KJTAllToAll", "KJTAllToAllAwaitable", "KeyedJaggedArray", "jagged_all_to_all_direct"]
 
 _NAME = "KeyedJaggedArray"
+_FN = "KJTAllToAll"
 
 
-def _host(x: Any, arg: str) -> Any:
-    """``x`` as a numpy array if it is an array of another kind the host can read in place."""
+def _array(x: Any, arg: str) -> Any:
+    """``x`` as the jagged code takes it: a numpy array (host) or a cupy array on the current device."""
     kind = kinds.kind_of(x)
     if kind in (kinds.NUMPY, kinds.OTHER, kinds.LIST):
         return x
-    view = kinds.view(x, kind, _NAME, arg, write=False)
-    if not isinstance(view, np.ndarray):
-        raise ArgumentTypeError(
-            f"{_NAME}: {arg} is a device array; expected host memory (the jagged all-to-all runs on the "
-            "host: move it with .cpu() or .get())"
-        )
+    view = x if kind == kinds.CUPY else kinds.view(x, kind, _NAME, arg, write=False)
+    if is_device(view):
+        backend().check_device(view, _NAME, arg)
     return view
 
 
@@ -60,10 +75,10 @@ class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's 
         self._model: Any = values if kinds.kind_of(values) == kinds.TORCH else None
         super().__init__(
             keys,
-            _host(values, "values"),
-            _host(weights, "weights"),
-            _host(lengths, "lengths"),
-            _host(offsets, "offsets"),
+            _array(values, "values"),
+            _array(weights, "weights"),
+            _array(lengths, "lengths"),
+            _array(offsets, "offsets"),
             stride,
             stride_per_key_per_rank,
             stride_per_key=stride_per_key,
@@ -115,8 +130,131 @@ class KJTAllToAllAwaitable(kjt.KJTAllToAllAwaitable):  # noqa: D101 (the host cl
         return front
 
 
+class _DevicePath:
+    """The device data step of :class:`KJTAllToAll` (see the module): direct or staged."""
+
+    @staticmethod
+    def direct() -> bool:
+        """Whether device memory goes to MPI as it is (a CUDA-aware MPI)."""
+        return cuda_awareness().aware
+
+    @staticmethod
+    def start(call: kjt._Call, placed: bool, direct: bool) -> kjt.KJTAllToAllAwaitable:
+        """Move ``call``'s data; ``placed``: the host's placed path (non-blocking, indexed types)."""
+        be = backend()
+        kja = call.kja
+        src = _each(be.contiguous, (kja._lengths, kja._values, kja._weights))
+        dst = _receive_arrays(call, src)
+        if direct:
+            be.current_stream().synchronize()  # mpi4py hands the pointers over without waiting
+            call.a2a._moves(
+                call.send, call.recv, call.received, call.sent, _each(_Cuda, src), _each(_Cuda, dst)
+            )
+            PATHS[_FN, "direct"] += 1
+            return _recat_later(call, dst)
+        stage = Staging()
+        try:
+            hs = _each(lambda x: stage.host(x, True, False), src)
+            hd = _each(lambda x: stage.host(x, False, True), dst)
+            stage.download()
+            if placed:
+                host = keyed.KeyedJaggedArray._trusted(
+                    kja._keys, hs[1], hs[0], hs[2], kja._stride, kja._spkpr
+                )
+                inner = call.a2a._start_in_place(
+                    host, call.send, call.recv, call.values_sk, call.received, call.sent, into=hd
+                )
+            else:
+                call.a2a._moves(call.send, call.recv, call.received, call.sent, hs, hd)
+        except BaseException:
+            stage.release()
+            raise
+        PATHS[_FN, "staged"] += 1
+        if not placed or inner._work is None:
+            stage.upload()
+            return _recat_later(call, dst) if not placed else _placed(call, dst, None)
+        return _placed(call, dst, (inner._work, stage))
+
+
+class _Cuda:
+    """A device array as MPI takes it: its ``__cuda_array_interface__`` only (a device pointer).
+
+    mpi4py reads the CUDA array interface of any object; handing it this one alone keeps every
+    device array kind on the same, simplest protocol (no DLPack capsule to negotiate).
+    """
+
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, x: Any) -> None:
+        self.__cuda_array_interface__ = x.__cuda_array_interface__
+
+
+def _each(f: Any, xs: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    """``f`` of each of lengths, values and weights (weights may be None)."""
+    return f(xs[0]), f(xs[1]), None if xs[2] is None else f(xs[2])
+
+
+def _receive_arrays(call: kjt._Call, src: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    """New device arrays for what this rank receives: lengths, values and weights (or None)."""
+    xp, total = namespace(src[1]), call.received[1]
+    lens, vals, w = src
+    out_l = xp.empty(call.recv.total, dtype=lens.dtype)
+    out_v = xp.empty((total, *vals.shape[1:]), dtype=vals.dtype)
+    out_w = None if w is None else xp.empty((total, *w.shape[1:]), dtype=w.dtype)
+    return out_l, out_v, out_w
+
+
+def _recat_later(call: kjt._Call, dst: tuple[Any, Any, Any]) -> kjt.KJTAllToAllAwaitable:
+    """An awaitable whose ``wait()`` puts the received (source, key) segments in (key, source) order.
+
+    The gathers are device kernels on the caller's current stream; their indices come from the
+    counts the host already has (no pass over the lengths, no host copy of the values).
+    """
+    lay = call.a2a._layout
+    out: list[keyed.KeyedJaggedArray] = []
+
+    def finish() -> None:
+        lengths, values, weights = dst
+        if not lay.identity:
+            xp = namespace(values)
+            rows = _device_rows(xp, call, values.device.id)
+            index = segment_index(xp, call.values_sk.reshape(-1), lay.perm, call.received[1])
+            lengths, values = lengths[rows], values[index]
+            weights = None if weights is None else weights[index]
+        out.append(_output(call, lengths, values, weights))
+
+    return kjt.KJTAllToAllAwaitable(None, out, finish)
+
+
+def _device_rows(xp: Any, call: kjt._Call, device: int) -> Any:
+    """The lengths' recat index on ``device``: made once per receive plan (it depends on its shape only)."""
+    recv, lay = call.recv, call.a2a._layout
+    if recv.device_rows is None or recv.device_rows[0] != device:
+        recv.device_rows = (device, segment_index(xp, recv.rows_sk.reshape(-1), lay.perm, recv.total))
+    return recv.device_rows[1]
+
+
+def _placed(call: kjt._Call, dst: tuple[Any, Any, Any], pending: Any) -> kjt.KJTAllToAllAwaitable:
+    """An awaitable for the staged placed path: MPI already puts segments in order; upload when done.
+
+    The output holds the device arrays the upload fills: the staged Work uploads once MPI's
+    operation completes (in ``wait()``, or an ``is_completed()`` that finds it done).
+    """
+    out = [_output(call, *dst)]
+    if pending is None:
+        return kjt.KJTAllToAllAwaitable(None, out)
+    work, stage = pending
+    return kjt.KJTAllToAllAwaitable(StagedWork(work, stage, []), out)
+
+
+def _output(call: kjt._Call, lengths: Any, values: Any, weights: Any) -> keyed.KeyedJaggedArray:
+    keys = call.kja._keys[call.a2a._layout.key_range]
+    return keyed.KeyedJaggedArray._trusted(keys, values, lengths, weights, call.recv.stride, call.recv.table)
+
+
 class KJTAllToAll(kjt.KJTAllToAll):  # noqa: D101 (the host class's docstring)
     __doc__ = kjt.KJTAllToAll.__doc__
+    _device = _DevicePath()
 
     def __call__(self, kja: keyed.KeyedJaggedArray) -> KJTAllToAllAwaitable:
         """Start the exchange of ``kja``; the handle's ``wait()`` gives this rank's output.
@@ -129,3 +267,25 @@ class KJTAllToAll(kjt.KJTAllToAll):  # noqa: D101 (the host class's docstring)
             host.__class__ = keyed.KeyedJaggedArray
             kja = host
         return KJTAllToAllAwaitable(super().__call__(kja), model)
+
+
+def jagged_all_to_all_direct(
+    values: Any,
+    lengths: Any,
+    send_splits: Sequence[int],
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    """``jagged_all_to_all``'s direct path: what the front door calls for a blocking call on a CUDA-aware MPI.
+
+    Contiguous copies of strided inputs (on the current stream), then
+    :func:`mpicomm.jagged.exchange.jagged_all_to_all_direct`; ``NotImplemented`` for ``async_op``.
+    """
+    if async_op:
+        return NotImplemented
+    be = backend()
+    if is_device(values) and is_device(lengths):
+        values, lengths = be.contiguous(values), be.contiguous(lengths)
+    return exchange.jagged_all_to_all_direct(
+        values, lengths, send_splits, group, _Cuda, lambda: be.current_stream().synchronize()
+    )

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError
 from .staging import pinned_allocator
 
-__all__ = ["Backend", "CupyBackend", "backend", "set_backend"]
+__all__ = ["Backend", "CupyBackend", "backend", "set_backend", "span_of"]
 
 _D2H, _H2D = 2, 1  # cudaMemcpyDeviceToHost, cudaMemcpyHostToDevice
 
@@ -55,6 +55,15 @@ class Backend(Protocol):
 
         ``x`` is a torch CUDA tensor, or any ``__cuda_array_interface__`` or CUDA DLPack object.
         """
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A new C-contiguous device array (its contents undefined)."""
+
+    def copy(self, dst: Any, src: Any, stream: Any) -> None:
+        """Queue ``dst[...] = src`` (device arrays of one shape, any layouts) on ``stream``."""
+
+    def span(self, x: Any) -> tuple[int, int]:
+        """The device addresses ``[low, high)`` that the elements of ``x`` lie in (``(p, p)`` when empty)."""
 
 
 class CupyBackend:
@@ -125,6 +134,34 @@ class CupyBackend:
             return self.cp.from_dlpack(x)
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ArgumentTypeError(f"{fn}: {arg} is a device array cupy cannot view: {exc}") from exc
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """See :class:`Backend`."""
+        return self.cp.empty(shape, dtype)
+
+    def copy(self, dst: Any, src: Any, stream: Any) -> None:
+        """See :class:`Backend`."""
+        if dst.size:
+            with stream:
+                dst[...] = src
+
+    def span(self, x: Any) -> tuple[int, int]:
+        """See :class:`Backend`."""
+        return span_of(int(x.data.ptr), x.shape, x.strides, x.itemsize)
+
+
+def span_of(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """The addresses ``[low, high)`` that an array's elements lie in, from its layout.
+
+    Example:
+        >>> span_of(1000, (3, 2), (16, -8), 8)   # a row-reversed view: element [0, 1] is at 992
+        (992, 1040)
+    """
+    if 0 in shape:
+        return ptr, ptr
+    low = ptr + sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s < 0)
+    high = ptr + sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s > 0) + itemsize
+    return low, high
 
 
 class _Current:

@@ -39,7 +39,9 @@ __all__ = [
     "decide",
     "gather_mpi_facts",
     "loaded_libmpi_paths",
+    "open_mpi_cuda_off",
     "parse_mode",
+    "read_mca_params",
     "reset_cuda_awareness",
 ]
 
@@ -97,6 +99,8 @@ class MpiFacts:
             query), else ``None``.
         cuda_driver: Whether the CUDA driver library (``libcuda.so.1``) loads in this process; ``None``
             when it was not tried. A library built with CUDA cannot move device memory without it.
+        mca_params: Open MPI's MCA parameters from its parameter files (``mca-params.conf``), first
+            file first; the ``OMPI_MCA_*`` environment variables override them. ``None``: not read.
     """
 
     library_version: str
@@ -104,6 +108,7 @@ class MpiFacts:
     pypi_wheel: str | None = None
     ompi_info: str | None = None
     cuda_driver: bool | None = None
+    mca_params: Mapping[str, str] | None = None
 
 
 class _Cache:
@@ -186,23 +191,106 @@ def decide(env: Mapping[str, str], facts: MpiFacts | None) -> CudaAwareness:
 def _runtime_checks(env: Mapping[str, str], facts: MpiFacts, decision: CudaAwareness) -> CudaAwareness:
     """Overrule a "yes" that only says how the library was built (a wrong "yes" is a crash in MPI).
 
-    Open MPI 4's ``MPIX_Query_cuda_support`` reports the build, not what works: it still says 1 with
-    ``OMPI_MCA_opal_cuda_support=0`` and with no CUDA driver. Open MPI 5's answer is a run-time one.
+    Open MPI 4's ``MPIX_Query_cuda_support`` reports the build, not what works: it still says 1 when
+    CUDA is turned off at run time (by ``opal_cuda_support`` or ``mpi_cuda_support`` set to 0 in the
+    environment or an MCA parameter file, or by a UCX that is told to use no CUDA transport) and with
+    no CUDA driver.
     """
     if facts.cuda_driver is False:
         return CudaAwareness(
             False, decision.source, f"{decision.reason}, but the CUDA driver (libcuda.so.1) does not load"
         )
     match = re.search(r"open mpi v(\d+)", facts.library_version.lower())
-    switch = env.get("OMPI_MCA_opal_cuda_support", "").strip().lower()
-    if match and int(match.group(1)) < 5 and switch in _OFF:
-        return CudaAwareness(
-            False,
-            decision.source,
-            f"{decision.reason}, but OMPI_MCA_opal_cuda_support={switch} turns CUDA off in Open MPI "
-            f"{match.group(1)} (its query reports the build)",
-        )
+    if match:  # Open MPI 5's query already answers for its own switches, not for UCX's transports
+        runtime_query = facts.query is not None and int(match.group(1)) >= 5
+        off = open_mpi_cuda_off(env, facts.mca_params or {}, switches=not runtime_query)
+        if off is not None:
+            return CudaAwareness(False, decision.source, f"{decision.reason}, but {off}")
     return decision
+
+
+def _mca(env: Mapping[str, str], params: Mapping[str, str], name: str) -> tuple[str, str] | None:
+    """An Open MPI MCA parameter and where it was set: the environment first, then the parameter files."""
+    var = f"OMPI_MCA_{name}"
+    if env.get(var, "").strip():
+        return env[var].strip().lower(), var
+    if params.get(name, "").strip():
+        return params[name].strip().lower(), f"{name} in an MCA parameter file"
+    return None
+
+
+def open_mpi_cuda_off(env: Mapping[str, str], params: Mapping[str, str], switches: bool = True) -> str | None:
+    """Why Open MPI's CUDA support is off at run time, or None where nothing turns it off.
+
+    Args:
+        env: The environment (``OMPI_MCA_*``, ``UCX_TLS``).
+        params: The MCA parameters of Open MPI's parameter files.
+        switches: Whether to read ``opal_cuda_support`` and ``mpi_cuda_support`` (not where a query
+            already answered at run time); UCX's transports are read always.
+
+    Returns:
+        A clause for the decision's reason, or None.
+
+    Example:
+        >>> open_mpi_cuda_off({"OMPI_MCA_opal_cuda_support": "0"}, {})
+        'OMPI_MCA_opal_cuda_support=0 turns CUDA off'
+        >>> open_mpi_cuda_off({"UCX_TLS": "sm,self"}, {"pml": "ucx"})
+        'the UCX PML (pml in an MCA parameter file) has no CUDA transport in UCX_TLS=sm,self'
+        >>> open_mpi_cuda_off({}, {}) is None
+        True
+    """
+    for name in ("opal_cuda_support", "mpi_cuda_support") if switches else ():
+        found = _mca(env, params, name)
+        if found is not None and found[0] in _OFF:
+            value, where = found
+            shown = f"{where}={value}" if where.startswith("OMPI_MCA_") else f"{where} ({name} = {value})"
+            return f"{shown} turns CUDA off"
+    pml = _mca(env, params, "pml")
+    tls = env.get("UCX_TLS", "").strip().lower()
+    if pml is not None and pml[0] == "ucx" and tls and not _ucx_has_cuda(tls):
+        return f"the UCX PML ({pml[1]}) has no CUDA transport in UCX_TLS={tls}"
+    return None
+
+
+def _ucx_has_cuda(tls: str) -> bool:
+    """Whether a ``UCX_TLS`` value leaves UCX a CUDA transport (``^x,y`` excludes; ``all`` is everything)."""
+    names = [t.strip() for t in tls.lstrip("^").split(",") if t.strip()]
+    cuda = [t for t in names if t.startswith("cuda") or t == "gdr_copy"]
+    if tls.startswith("^"):
+        return not any(t in ("cuda", "cuda_copy") for t in cuda)
+    return "all" in names or any(t in ("cuda", "cuda_copy") for t in cuda)
+
+
+def read_mca_params(paths: list[str]) -> dict[str, str]:
+    """The ``name = value`` lines of Open MPI's MCA parameter files (the first file that sets a name wins).
+
+    Example:
+        >>> read_mca_params(["/nonexistent/mca-params.conf"])
+        {}
+    """
+    params: dict[str, str] = {}
+    for path in paths:
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            line = line.split("#", 1)[0]
+            if "=" in line:
+                name, value = (part.strip() for part in line.split("=", 1))
+                params.setdefault(name, value)
+    return params
+
+
+def _mca_param_files(env: Mapping[str, str]) -> list[str]:
+    """Open MPI's parameter files: ``OMPI_MCA_mca_param_files``, else the user's and the installation's."""
+    listed = env.get("OMPI_MCA_mca_param_files", "").strip()
+    if listed:
+        return [p for p in listed.split(":") if p and p != "none"]
+    files = [str(Path(env.get("HOME", "~")).expanduser() / ".openmpi" / "mca-params.conf")]
+    prefixes = [env.get("OPAL_PREFIX", "")] + [str(Path(p).parent.parent) for p in loaded_libmpi_paths()]
+    files += [str(Path(p) / "etc" / "openmpi-mca-params.conf") for p in prefixes if p]
+    return files
 
 
 def cuda_driver_loads() -> bool:
@@ -268,13 +356,6 @@ def _open_mpi_hint(env: Mapping[str, str], ompi_info: str | None) -> CudaAwarene
         )
     if not built:
         return CudaAwareness(False, "vendor hint", "ompi_info reports Open MPI was built without CUDA")
-    switch = env.get("OMPI_MCA_opal_cuda_support", "").strip().lower()
-    if switch in _OFF:
-        return CudaAwareness(
-            False,
-            "vendor hint",
-            f"ompi_info reports a CUDA build, but OMPI_MCA_opal_cuda_support={switch} turns it off",
-        )
     return CudaAwareness(True, "vendor hint", "ompi_info reports Open MPI was built with CUDA")
 
 
@@ -323,10 +404,11 @@ def gather_mpi_facts() -> MpiFacts:
     MPI = _mpi.MPI
     version = str(MPI.Get_library_version())
     query = _query_cuda_support() if MPI.Is_initialized() and not MPI.Is_finalized() else None
-    ompi_info = None
-    if query is None and "open mpi" in version.lower():
-        ompi_info = _run_ompi_info()
-    return MpiFacts(version, query, _pypi_wheel(), ompi_info, cuda_driver_loads())
+    ompi_info, params = None, None
+    if "open mpi" in version.lower():
+        ompi_info = _run_ompi_info() if query is None else None
+        params = read_mca_params(_mca_param_files(os.environ))
+    return MpiFacts(version, query, _pypi_wheel(), ompi_info, cuda_driver_loads(), params)
 
 
 def _query_cuda_support() -> tuple[str, int] | None:

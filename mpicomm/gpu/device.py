@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -224,8 +225,11 @@ def bind_device(
 ) -> int | None:
     """Pick this rank's GPU by its node-local rank and, with cupy installed, make it cupy's current device.
 
-    Call it once at start-up, before any cupy array exists. Collective over the world group when
-    ``local_rank`` is not given (see :func:`local_rank`).
+    Call it once at start-up, before any cupy array exists, and best before MPI starts: where the
+    launcher announces the node-local rank (:data:`LOCAL_RANK_VARS`) and MPI is not running yet, the
+    GPU is chosen from it without starting MPI, so that MPIs which set up CUDA in ``MPI_Init``
+    (MVAPICH2-GDR, Cray MPICH) find the right device current. Otherwise (MPI already running, or no
+    launcher variable) it is collective over the world group (see :func:`local_rank`).
 
     Args:
         device: ``"cuda"`` to bind a GPU; ``"cpu"`` does nothing and returns ``None``, so that programs
@@ -279,6 +283,16 @@ def bind_device(
 
 
 def _local_rank() -> int:
+    """The node-local rank for :func:`bind_device`, without starting MPI where the launcher told it.
+
+    MVAPICH2-GDR and Cray MPICH set up their CUDA state in ``MPI_Init``, on the device current then:
+    so before MPI runs, the launcher's variable chooses the GPU, and MPI is started later, on it.
+    """
+    module = sys.modules.get("mpi4py.MPI")
+    if module is None or not module.Is_initialized():
+        announced = env_local_rank(os.environ)
+        if announced is not None:
+            return announced[1]
     return local_rank()
 
 

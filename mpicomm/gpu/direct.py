@@ -10,9 +10,13 @@ beats (docs/gpu.rst).
 Each function makes the same MPI call on the same communicator as the host implementation, so ranks
 may mix paths within one call. It first waits for the caller's current stream (mpi4py hands device
 pointers to MPI without any synchronisation). A non-contiguous output goes through a contiguous
-device temporary. Anything unusual (validation mode, a rank outside the group, an argument the host
-code would refuse) returns ``NotImplemented``, and the staged path, which runs the host code, serves
-the call or raises its error.
+device temporary that starts as a copy of the output, so elements MPI does not write (a shorter
+message) keep their values. The in-place idiom of ``all_gather_into_tensor`` (the input is this
+rank's slot of the output) is passed as ``MPI_IN_PLACE``, as the host path does. Anything unusual
+(validation mode, a rank outside the group, an argument the host code would refuse, arguments whose
+memory overlaps otherwise) returns ``NotImplemented``, and the staged path, which runs the host code
+on host buffers with the same aliasing, serves the call or raises its error. Everything device-side
+goes through the backend protocol (:mod:`mpicomm.gpu.backend`).
 """
 
 from __future__ import annotations
@@ -46,16 +50,25 @@ def _ready(*inputs: Any) -> list[Any]:
 
 
 def _writable(out: Any) -> tuple[Any, Any]:
-    """The buffer MPI writes (``out`` or a contiguous temporary) and a function that finishes it."""
+    """The buffer MPI writes (``out``, or a contiguous copy of it) and a function that finishes it."""
     if out.flags.c_contiguous:
         return out, lambda: None
-    tmp = backend().cp.empty(out.shape, out.dtype)
+    be = backend()
+    tmp = be.contiguous(out)  # a copy: what MPI leaves alone keeps the output's values
 
     def back() -> None:
-        out[...] = tmp
-        backend().current_stream().synchronize()
+        stream = be.current_stream()
+        be.copy(out, tmp, stream)
+        stream.synchronize()
 
     return tmp, back
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    """Whether two device arrays' address ranges meet."""
+    be = backend()
+    (a0, a1), (b0, b1) = be.span(a), be.span(b)
+    return bool(a0 < b1 and b0 < a1)
 
 
 def broadcast(
@@ -90,12 +103,26 @@ def all_gather_into_tensor(
         return NotImplemented
     if output_tensor.size != g.size() * input_tensor.size:
         return NotImplemented
+    dt = datatype(input_tensor.dtype)
+    if _overlap(output_tensor, input_tensor):
+        if not (_own_slot(output_tensor, input_tensor, g.rank())):
+            return NotImplemented  # the staged path shows the host code the same aliasing
+        _ready()
+        g.comm.Allgather(_mpi.MPI.IN_PLACE, [output_tensor, dt])
+        return None
     out, back = _writable(output_tensor)
     (inp,) = _ready(input_tensor)
-    dt = datatype(inp.dtype)
     g.comm.Allgather([inp, dt], [out, dt])
     back()
     return None
+
+
+def _own_slot(out: Any, inp: Any, rank: int) -> bool:
+    """Whether ``inp`` is exactly this rank's slot of the contiguous ``out`` (torch's in-place idiom)."""
+    if not (out.flags.c_contiguous and inp.flags.c_contiguous):
+        return False
+    (o0, _), (i0, i1) = backend().span(out), backend().span(inp)
+    return bool(i0 == o0 + rank * (i1 - i0) and i1 - i0 == int(inp.nbytes))
 
 
 def all_to_all_single(
@@ -117,8 +144,8 @@ def all_to_all_single(
         in_rows = _splits(input_split_sizes, input, g.size(), fn, "input")
     except Exception:
         return NotImplemented  # the staged path runs the host checks and raises their error
-    if out_rows[g.rank()] != in_rows[g.rank()]:
-        return NotImplemented
+    if out_rows[g.rank()] != in_rows[g.rank()] or _overlap(output, input):
+        return NotImplemented  # the staged path runs the host code's checks on the same aliasing
     out, back = _writable(output)
     (inp,) = _ready(input)
     dt = datatype(inp.dtype)

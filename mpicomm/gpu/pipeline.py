@@ -1,66 +1,114 @@
 """Large element-wise collectives on device arrays, pipelined through two pinned host buffers.
 
-For ``all_reduce`` and ``broadcast`` of at least two chunks (``MPICOMM_STAGING_CHUNK``, 4 MiB by
-default), chunk ``i + 1`` is copied down while MPI works on chunk ``i``, and chunk ``i`` is copied up
-while MPI works on chunk ``i + 1``, so the copies hide behind MPI. Before a buffer is filled again, its
-previous upload must have finished (the ``freed`` events); before the first download, the caller's
-stream must have reached the call. The order of these waits is checked on the CPU with a lazy stream
-stand-in (``tests/unit/test_gpu_pipeline.py``), and on a GPU by the GPU suite.
+``all_reduce``, ``broadcast``, ``reduce`` and ``reduce_scatter_tensor`` of at least two chunks
+(``MPICOMM_STAGING_CHUNK``, 4 MiB by default; counted on the output of reduce_scatter_tensor) run
+chunk by chunk: chunk ``i + 1`` is copied down while MPI works on chunk ``i``, and chunk ``i`` is
+copied up while MPI works on chunk ``i + 1``, so the copies hide behind MPI. Before a buffer is
+filled again, its previous upload must have finished (the ``freed`` events); before the first
+download, the caller's stream must have reached the call. Each chunk runs the *host* implementation
+on its host buffers, so float16 and bfloat16 (reduced in float32), AVG and PREMUL_SUM are the host
+path's, chunk for chunk.
 
-Each function returns ``NotImplemented`` where it does not apply (asynchronous calls, small or
-non-contiguous arrays, AVG and PREMUL_SUM, validation mode, a rank outside the group); the generic
-staged path then serves the call.
+Whether a call is pipelined depends only on facts every rank of a correct call shares: that it is
+blocking, the message's size in bytes and the chunk size (set ``MPICOMM_STAGING_CHUNK`` alike on every
+rank). A strided array is pipelined too, through a contiguous device copy, so that every device rank
+issues the same MPI calls whatever its layout. A rank that passes *host* arrays to a pipelined call
+issues one MPI call where the device ranks issue one per chunk: mix host and device arrays across
+ranks only below two chunks; validation mode reports the mix as one error on every rank (the check
+records the staging). The order of the waits is checked on the CPU with the lazy fake cupy
+(``tests/mpi/test_gpu_fakecupy.py``), and on a GPU by ``tests/gpu``.
+
+Each function returns ``NotImplemented`` where it does not apply (asynchronous or small calls, a rank
+outside the group, arguments the host code would refuse); the generic staged path then serves the
+call or raises the host code's error.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from .. import _mpi
 from ..core import validation
-from ..core.buffers import datatype
 from ..core.groups import ProcessGroup, resolve, root_rank
 from ..core.reduce_op import ReduceOp
+from ..dense import reductions
 from .staged import Staging
-from .staging import plan_chunks
+from .staging import ChunkPlan, plan_chunks
 
-__all__ = ["all_reduce", "broadcast", "run_chunks"]
+__all__ = ["all_reduce", "broadcast", "reduce", "reduce_scatter_tensor", "run_chunks"]
 
 
-def _applies(tensor: Any, async_op: bool, group: ProcessGroup | None, fn: str) -> ProcessGroup | None:
-    if async_op or validation._Flag.on or not tensor.flags.c_contiguous:
+def _plan(
+    x: Any, async_op: bool, group: ProcessGroup | None, fn: str
+) -> tuple[ProcessGroup, ChunkPlan] | None:
+    """The group and the chunk plan if the call is pipelined (shared facts only), else None."""
+    if async_op is not False:
         return None
-    g = resolve(group, fn)
+    try:
+        g = resolve(group, fn)
+    except Exception:
+        return None  # the host code raises the error
     if g.comm is None:
         return None
-    if len(plan_chunks(int(tensor.nbytes), tensor.itemsize)) < 2:
+    plan = plan_chunks(int(x.nbytes), x.itemsize)
+    if len(plan) < 2:
         return None
-    return g
+    if validation._Flag.on:  # a host-array rank's record differs: the mix is one error everywhere
+        validation.check(g, fn, {"staging": f"{len(plan)} chunks of {plan.chunk_bytes} bytes"})
+    return g, plan
 
 
-def run_chunks(stage: Staging, flat: Any, step: Any, down: bool = True, up: bool = True) -> None:
-    """Run ``step(host_chunk)`` over ``flat`` chunk by chunk through two pooled host buffers.
+def _root(group: ProcessGroup | None, world: int | None, local: int | None, fn: str, arg: str) -> int | None:
+    """The root's group rank, or None where the host code would refuse the arguments."""
+    try:
+        return root_rank(resolve(group, fn), world, local, fn, arg)
+    except Exception:
+        return None
 
-    Chunk ``i``: download (if ``down``) on the d2h stream, ``step`` on the host, upload (if ``up``)
-    on the h2d stream; the download of chunk ``i + 1`` is queued before ``step`` runs on chunk ``i``.
+
+def run_chunks(
+    stage: Staging,
+    plan: ChunkPlan,
+    src: Any,
+    dst: Any,
+    step: Callable[[Any, Any], Any],
+    parts: int = 1,
+    down: bool = True,
+    up: bool = True,
+) -> None:
+    """Run ``step(host_in, host_out)`` chunk by chunk through two pooled host buffers.
+
+    Chunk ``c`` covers elements ``[a, b)`` of ``dst`` and, in each of ``parts`` equal parts of
+    ``src``, the same elements: part ``r`` is ``src[r * m + a : r * m + b]`` (``m = dst.size``), copied
+    into rows of ``host_in``. Chunk ``c``: download (if ``down``) on the d2h stream, ``step`` on the
+    host, upload of ``host_out`` (if ``up``) on the h2d stream; the download of chunk ``c + 1`` is
+    queued before ``step`` runs on chunk ``c``.
 
     Args:
         stage: The call's staging (streams, backend and pool).
-        flat: The 1-D contiguous device array.
-        step: The MPI work on one host chunk (a 1-D view of a pinned buffer).
+        plan: The chunks of ``dst``'s bytes.
+        src: The 1-D contiguous device array read.
+        dst: The 1-D contiguous device array written (``src`` itself for the in-place calls).
+        step: The host work on one chunk: ``host_in`` (``parts`` rows) and ``host_out`` (1-D).
+        parts: How many parts ``src`` has (the group size for reduce_scatter_tensor, else 1).
         down: Copy each chunk down before ``step``.
         up: Copy each chunk up after ``step``.
     """
     be, d2h, h2d = stage.be, stage.d2h, stage.h2d
-    plan = plan_chunks(int(flat.nbytes), flat.itemsize)
-    size = flat.itemsize
-    raws = [stage.pool.acquire(plan.buffer_bytes) for _ in range(2)]
-    bufs = [raw.view(flat.dtype) for raw in raws]
+    size, m = dst.itemsize, dst.size
+    same = src is dst
+    width = plan.buffer_bytes // size
+    raws = [stage.pool.acquire(plan.buffer_bytes * parts) for _ in range(2)]
+    raws += [] if same else [stage.pool.acquire(plan.buffer_bytes) for _ in range(2)]
+    ins = [raw.view(dst.dtype) for raw in raws[:2]]
+    outs = ins if same else [raw.view(dst.dtype) for raw in raws[2:]]
     freed: list[Any] = [None, None]
+    stage._queued = True  # from here a failure must wait for the copy streams before release
     try:
-        d2h.wait_event(be.current_stream().record())
+        at_call = be.current_stream().record()
+        d2h.wait_event(at_call)
         if up:
-            h2d.wait_event(be.current_stream().record())
+            h2d.wait_event(at_call)
 
         def start(i: int) -> Any:
             c = plan.chunks[i]
@@ -68,7 +116,9 @@ def run_chunks(stage: Staging, flat: Any, step: Any, down: bool = True, up: bool
             if freed[c.buffer] is not None:
                 d2h.wait_event(freed[c.buffer])
             if down:
-                be.to_host(bufs[c.buffer][: b - a], flat[a:b], d2h)
+                host = ins[c.buffer][: parts * width].reshape(parts, width)
+                for r in range(parts):
+                    be.to_host(host[r, : b - a], src[r * m + a : r * m + b], d2h)
             return d2h.record()
 
         ready = start(0)
@@ -76,35 +126,53 @@ def run_chunks(stage: Staging, flat: Any, step: Any, down: bool = True, up: bool
             a, b = c.start // size, c.stop // size
             nxt = start(i + 1) if i + 1 < len(plan) else None
             ready.synchronize()
-            host = bufs[c.buffer][: b - a]
-            step(host, a, b)
+            host_in = ins[c.buffer][: parts * width].reshape(parts, width)[:, : b - a]
+            host_out = outs[c.buffer][: b - a]
+            step(host_in if parts > 1 else host_in[0], host_out)
             if up:
-                be.to_device(flat[a:b], host, h2d)
+                be.to_device(dst[a:b], host_out, h2d)
             freed[c.buffer] = h2d.record()
             ready = nxt
         h2d.synchronize()
+        stage._queued = False
     finally:
-        for raw in raws:
-            stage.pool.release(raw)
+        stage._lent.extend(raws)
+        stage.release()
+
+
+def _run(
+    tensor: Any,
+    plan: ChunkPlan,
+    step: Callable[[Any, Any], Any],
+    down: bool,
+    up: bool,
+    out: Any = None,
+    parts: int = 1,
+) -> None:
+    """Pipeline ``tensor`` (and the separate output ``out``), strided ones through contiguous copies."""
+    stage = Staging()
+    be = stage.be
+    src = be.contiguous(tensor).reshape(-1)
+    target = tensor if out is None else out
+    if out is None:
+        dst = src
+    else:
+        dst = out.reshape(-1) if out.flags.c_contiguous else be.empty(out.shape, out.dtype).reshape(-1)
+    run_chunks(stage, plan, src, dst, step, parts, down, up)
+    if up and not target.flags.c_contiguous:
+        be.copy(target, dst.reshape(target.shape), stage.h2d)
+        stage.h2d.synchronize()
 
 
 def all_reduce(
     tensor: Any, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None, async_op: bool = False
 ) -> Any:
     """``all_reduce`` of a large device array in pipelined chunks (see the module docstring)."""
-    if not isinstance(op, ReduceOp) or op.name in ("AVG", "PREMUL_SUM"):
+    found = _plan(tensor, async_op, group, "all_reduce")
+    if found is None:
         return NotImplemented
-    g = _applies(tensor, async_op, group, "all_reduce")
-    if g is None:
-        return NotImplemented
-    _, mop = op.mpi_op(tensor.dtype, "all_reduce")
-    dt = datatype(tensor.dtype)
-    comm = g.comm
-
-    def step(host: Any, a: int, b: int) -> None:
-        comm.Allreduce(_mpi.MPI.IN_PLACE, [host, dt], mop)
-
-    run_chunks(Staging(), tensor.reshape(-1), step)
+    _, plan = found
+    _run(tensor, plan, lambda h, _o: reductions.all_reduce(h, op, group), True, True)
     return None
 
 
@@ -116,15 +184,63 @@ def broadcast(
     group_src: int | None = None,
 ) -> Any:
     """``broadcast`` of a large device array in pipelined chunks (see the module docstring)."""
-    g = _applies(tensor, async_op, group, "broadcast")
-    if g is None:
+    root = _root(group, src, group_src, "broadcast", "src")
+    found = None if root is None else _plan(tensor, async_op, group, "broadcast")
+    if found is None or root is None:
         return NotImplemented
-    root = root_rank(g, src, group_src, "broadcast", "src")
-    dt = datatype(tensor.dtype)
-    comm, mine = g.comm, g.rank() == root
+    g, plan = found
+    mine = g.rank() == root
 
-    def step(host: Any, a: int, b: int) -> None:
-        comm.Bcast([host, dt], root)
+    def step(h: Any, _o: Any) -> None:
+        reductions.broadcast(h, g.ranks[root], group)
 
-    run_chunks(Staging(), tensor.reshape(-1), step, down=mine, up=not mine)
+    _run(tensor, plan, step, down=mine, up=not mine)
+    return None
+
+
+def reduce(
+    tensor: Any,
+    dst: int | None = None,
+    op: ReduceOp = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_dst: int | None = None,
+) -> Any:
+    """``reduce`` of a large device array in pipelined chunks: only the destination's array is written."""
+    root = _root(group, dst, group_dst, "reduce", "dst")
+    found = None if root is None else _plan(tensor, async_op, group, "reduce")
+    if found is None or root is None:
+        return NotImplemented
+    g, plan = found
+
+    def step(h: Any, _o: Any) -> None:
+        reductions.reduce(h, g.ranks[root], op, group)
+
+    _run(tensor, plan, step, down=True, up=g.rank() == root)
+    return None
+
+
+def reduce_scatter_tensor(
+    output: Any,
+    input: Any,
+    op: ReduceOp = ReduceOp.SUM,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    """``reduce_scatter_tensor`` in pipelined chunks of the output (each chunk reads one piece per rank)."""
+    try:
+        n = resolve(group, "reduce_scatter_tensor").size()
+    except Exception:
+        return NotImplemented
+    if input.dtype != output.dtype or input.size != n * output.size or output is input:
+        return NotImplemented  # the host code raises its error
+    found = _plan(output, async_op, group, "reduce_scatter_tensor")
+    if found is None:
+        return NotImplemented
+    _, plan = found
+
+    def step(h: Any, o: Any) -> None:
+        reductions.reduce_scatter_tensor(o, h.reshape(-1) if n > 1 else h, op, group)
+
+    _run(input, plan, step, down=True, up=True, out=output, parts=n)
     return None

@@ -1,18 +1,26 @@
 """The staged path: device arrays through pinned host buffers, stream-ordered, around the host code.
 
-A staged call borrows one pinned buffer per device array from the process's pool, copies the inputs
-down on mpicomm's own device-to-host stream once the caller's current stream has reached the call,
-runs the numpy implementation on the host buffers (so results, errors and validation are exactly the
-host path's), and copies the outputs up on the host-to-device stream. The call returns (or its
-``Work`` completes) only after the upload has finished, so the results are visible to every stream.
-No device-wide synchronize is used: only events and the two copy streams.
+A staged call borrows one pinned buffer per device array from the process's pool (an array that lies
+inside another argument's memory gets a view of that one's buffer, so the host code sees the same
+aliasing as the device), copies the inputs down on mpicomm's own device-to-host stream once the
+caller's current stream has reached the call, runs the numpy implementation on the host buffers (so
+results, errors and validation are exactly the host path's), and copies the outputs up on the
+host-to-device stream. The upload waits for the caller's stream *as it was at the call* (an event
+recorded then), never for work queued after it. The call returns (or its ``Work`` completes) only
+after the upload has finished, so the results are visible to every stream. No device-wide
+synchronize is used: only events and the two copy streams.
+
+Buffers go back to the pool only when no copy into or out of them can still run: after an error,
+the copy streams are synchronised first. A dropped ``Work`` of an asynchronous call keeps its
+buffers until its operation completes (:func:`reap`, run at every staged call), then uploads and
+returns them.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
-from typing import Any
+import threading
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -20,7 +28,7 @@ from ..core.work import Work
 from .backend import backend
 from .staging import HostBufferPool
 
-__all__ = ["Staging", "StagedWork", "pool", "reset_pool"]
+__all__ = ["Staging", "StagedWork", "orphans", "pool", "reap", "reset_pool"]
 
 
 class _Pool:
@@ -47,17 +55,27 @@ class Staging:
     """
 
     def __init__(self) -> None:
+        reap()
         self.be = backend()
         self.pool = pool()
         self.d2h, self.h2d = self.be.copy_streams()
         self._inputs: list[tuple[Any, np.ndarray]] = []
         self._outputs: list[tuple[Any, np.ndarray]] = []
         self._lent: list[np.ndarray] = []
+        self._queued = False  # copies were queued that may not have run yet
+        self._at_call: Any = None  # the caller's stream at the call
 
-    def host(self, dev: Any, read: bool, write: bool) -> np.ndarray:
-        """A pinned host array shaped like ``dev``; ``read``: filled from it, ``write``: copied back."""
-        raw = self.pool.acquire(int(dev.nbytes))
-        self._lent.append(raw)
+    def host(self, dev: Any, read: bool, write: bool, inside: np.ndarray | None = None) -> np.ndarray:
+        """A pinned host array shaped like ``dev``; ``read``: filled from it, ``write``: copied back.
+
+        ``inside``: a host byte view (of another argument's buffer) to use instead of a new buffer,
+        where ``dev`` lies inside that argument's memory.
+        """
+        if inside is None:
+            raw = self.pool.acquire(int(dev.nbytes))
+            self._lent.append(raw)
+        else:
+            raw = inside
         out: np.ndarray = raw.view(dev.dtype).reshape(dev.shape)
         if read:
             self._inputs.append((self.be.contiguous(dev), out))
@@ -66,47 +84,95 @@ class Staging:
         return out
 
     def download(self) -> None:
-        """Copy the inputs down once the caller's stream has reached this call; wait for the copies."""
+        """Mark the call on the caller's stream; copy the inputs down after it and wait for them."""
+        self._at_call = self.be.current_stream().record()
         if self._inputs:
-            self.d2h.wait_event(self.be.current_stream().record())
+            self.d2h.wait_event(self._at_call)
+            self._queued = True
             for dev, out in self._inputs:
                 self.be.to_host(out, dev, self.d2h)
             self.d2h.synchronize()
+            self._queued = False
         self._inputs = []
 
+    def start_upload(self) -> Any:
+        """Queue the outputs' copies up (after the caller's work before the call); the event of their end."""
+        outputs, self._outputs = self._outputs, []
+        if not outputs:
+            return None
+        self.h2d.wait_event(self._at_call if self._at_call is not None else self.be.current_stream().record())
+        self._queued = True
+        for dev, src in outputs:
+            self.be.to_device(dev, src, self.h2d)
+        return self.h2d.record()
+
     def upload(self) -> None:
-        """Copy the outputs up (after the caller's earlier work on them), wait, and give the buffers back."""
+        """Copy the outputs up, wait, and give the buffers back."""
         try:
-            if self._outputs:
-                self.h2d.wait_event(self.be.current_stream().record())
-                for dev, src in self._outputs:
-                    self.be.to_device(dev, src, self.h2d)
+            if self.start_upload() is not None:
                 self.h2d.synchronize()
+                self._queued = False
         finally:
-            self._outputs = []
             self.release()
 
     def release(self) -> None:
-        """Give every borrowed buffer back to the pool."""
+        """Give every borrowed buffer back to the pool, once no copy queued for this call can still run."""
+        self._outputs = []
         lent, self._lent = self._lent, []
-        for raw in lent:
-            self.pool.release(raw)
+        try:
+            if self._queued:
+                self.d2h.synchronize()
+                self.h2d.synchronize()
+                self._queued = False
+        finally:
+            for raw in lent:
+                self.pool.release(raw)
+
+
+class _Orphans:
+    lock = threading.Lock()
+    works: ClassVar[list[tuple[Work, Staging]]] = []
+
+
+def orphans() -> int:
+    """How many dropped asynchronous staged operations still hold buffers."""
+    return len(_Orphans.works)
+
+
+def reap() -> None:
+    """Finish the dropped asynchronous staged operations that have completed: upload, give buffers back."""
+    if not _Orphans.works:
+        return
+    with _Orphans.lock:
+        pending, _Orphans.works = _Orphans.works, []
+    keep = []
+    for inner, stage in pending:
+        if not inner.is_completed():
+            keep.append((inner, stage))
+        elif inner.exception() is None:
+            stage.upload()
+        else:
+            stage.release()
+    with _Orphans.lock:
+        _Orphans.works.extend(keep)
 
 
 class StagedWork(Work):
     """The ``Work`` of a staged ``async_op=True`` call: the host operation, then the upload.
 
-    The host ``Work`` runs MPI's non-blocking operation on pinned buffers; when it completes (in
-    :meth:`wait`, or in an :meth:`is_completed` that finds it done), the outputs are copied up and the
-    buffers go back to the pool.
+    The host ``Work`` runs MPI's non-blocking operation on pinned buffers. When it completes, the
+    outputs' upload is queued (in :meth:`is_completed`, which never waits for it, or in
+    :meth:`wait`, which does); then the buffers go back to the pool. A failed operation uploads
+    nothing. A handle dropped before completion hands its buffers to :func:`reap`.
     """
 
-    __slots__ = ("_after", "_inner", "_shown")
+    __slots__ = ("_inner", "_shown", "_stage", "_uploaded")
 
-    def __init__(self, inner: Work, after: Callable[[], None], shown: list[Any]) -> None:
+    def __init__(self, inner: Work, stage: Staging, shown: list[Any]) -> None:
         super().__init__([])
         self._inner, self._shown = inner, shown
-        self._after: Callable[[], None] | None = after
+        self._stage: Staging | None = stage
+        self._uploaded: Any = None
 
     def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
         """Block until the data is in the device arrays and return True (``timeout`` as Work's)."""
@@ -114,16 +180,39 @@ class StagedWork(Work):
             self._inner.wait(timeout)  # a timeout raises while the operation is pending: nothing uploaded
         try:
             self._inner.wait()
-        finally:
-            self._run_after()
+        except BaseException:
+            self._give_up()
+            raise
+        stage, self._stage = self._stage, None
+        if stage is not None:
+            if self._uploaded is None:
+                stage.upload()
+            else:
+                self._uploaded = None
+                stage.h2d.synchronize()
+                stage._queued = False
+                stage.release()
         return True
 
     def is_completed(self) -> bool:
-        """Whether the operation and its upload are done (uploads once the operation is)."""
+        """Whether the operation and its upload are done; queues the upload, never waits for it."""
         if not self._inner.is_completed():
             return False
-        self._run_after()
-        return True
+        if self._inner.exception() is not None:
+            self._give_up()
+            return True
+        if self._stage is None:
+            return True
+        if self._uploaded is None:
+            self._uploaded = self._stage.start_upload() or True
+        if self._uploaded is True or self._uploaded.done:
+            self.wait()
+            return True
+        return False
+
+    def is_success(self) -> bool:
+        """Whether the operation finished without error."""
+        return self.is_completed() and self._inner.exception() is None
 
     def exception(self) -> BaseException | None:
         """The error the host operation ended with, or None."""
@@ -139,7 +228,14 @@ class StagedWork(Work):
         self.wait()
         return self._inner.source_rank()
 
-    def _run_after(self) -> None:
-        after, self._after = self._after, None
-        if after is not None:
-            after()
+    def _give_up(self) -> None:
+        stage, self._stage = self._stage, None
+        if stage is not None:
+            stage.release()
+
+    def __del__(self) -> None:
+        stage = getattr(self, "_stage", None)
+        if stage is not None:
+            self._stage = None
+            with _Orphans.lock:
+                _Orphans.works.append((self._inner, stage))

@@ -50,6 +50,9 @@ DEFAULT_CHUNK_BYTES = 4 << 20
 #: The smallest size class of the pool: smaller requests share 4 KiB buffers.
 MIN_CLASS_BYTES = 4 << 10
 
+# Above this size the classes are quarter steps between powers of two.
+_FINE_FROM = 64 << 10
+
 # A chunk must fit an MPI count of bytes in a C int.
 _MAX_CHUNK_BYTES = 2**31 - 1
 
@@ -68,32 +71,46 @@ def numpy_allocator(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, np.uint8)
 
 
-def pinned_allocator(nbytes: int) -> np.ndarray:  # pragma: no cover - needs cupy and a GPU
+def pinned_allocator(nbytes: int) -> np.ndarray:
     """Allocate ``nbytes`` of pinned host memory through cupy (imported here, not at module import).
 
-    ``cupyx.empty_pinned`` returns a numpy array over page-locked memory that the CUDA driver can copy
-    to and from asynchronously; the memory is freed when the array is.
+    The memory comes straight from ``cudaHostAlloc`` (``cupy.cuda.PinnedMemory``), not from cupy's
+    pinned memory pool: that pool keeps every freed block for reuse, so memory the
+    :class:`HostBufferPool` frees to stay under its cap would stay pinned. It is freed when the
+    returned array (and every view of it) is.
 
     Raises:
         ModuleNotFoundError: cupy is not installed.
+
+    Example:
+        >>> from mpicomm.gpu.staging import pinned_allocator
+        >>> callable(pinned_allocator)
+        True
     """
-    cupyx: Any = importlib.import_module("cupyx")
-    out: np.ndarray = cupyx.empty_pinned((nbytes,), np.uint8)
+    cuda: Any = importlib.import_module("cupy.cuda")
+    mem = cuda.PinnedMemory(nbytes)
+    out: np.ndarray = np.frombuffer(cuda.PinnedMemoryPointer(mem, 0), np.uint8, nbytes)
     return out
 
 
 def size_class(nbytes: int) -> int:
-    """The buffer size the pool uses for a request of ``nbytes``: the next power of two, at least 4 KiB.
+    """The buffer size the pool uses for a request of ``nbytes``: at least 4 KiB, at most 25% more.
 
-    Rounding to powers of two lets one buffer serve every request up to its size, at most doubling
-    the memory held.
+    Up to 64 KiB the classes are powers of two; above, each power of two is cut in four steps
+    (1, 1.25, 1.5 and 1.75 times it), so that a buffer serves many request sizes while holding at
+    most a quarter more memory than asked (plain powers of two could nearly double it).
 
     Example:
         >>> from mpicomm.gpu.staging import size_class
-        >>> size_class(0), size_class(4096), size_class(4097), size_class(3 << 20)
-        (4096, 4096, 8192, 4194304)
+        >>> size_class(0), size_class(4096), size_class(4097), size_class(3 << 20), size_class((4 << 20) + 1)
+        (4096, 4096, 8192, 3145728, 5242880)
     """
-    return max(MIN_CLASS_BYTES, 1 << max(0, int(nbytes) - 1).bit_length())
+    n = max(MIN_CLASS_BYTES, int(nbytes))
+    top = 1 << (n - 1).bit_length()
+    if top <= _FINE_FROM:
+        return top
+    step = top // 8  # the classes between top / 2 and top are top / 2 + k * top / 8
+    return -(-n // step) * step
 
 
 @dataclass(frozen=True)
@@ -202,7 +219,7 @@ class HostBufferPool:
                 self._held += size
             else:
                 self._overflows += 1
-                return self._new(size)[:nbytes]
+                return self._new(max(1, int(nbytes)))[:nbytes]  # one-off: exactly what is asked
             view = base[:nbytes]
             self._lent[id(view)] = (view, base, size)
             self._in_use += size

@@ -1,6 +1,6 @@
 """Jagged all-to-all: torchrec's KJTAllToAll over MPI (counts first, then the values).
 
-- ``keyed``: ``KeyedJaggedArray``, torchrec's KeyedJaggedTensor on numpy arrays.
+- ``keyed``: ``KeyedJaggedArray``, torchrec's KeyedJaggedTensor on numpy or cupy arrays.
 - ``keyed_ops``: its torchrec methods (``split``, ``permute``, ``concat``, ``kja["key"]``, ...), vectorised.
 - ``jagged_array``: ``JaggedArray``, one key's rows (torchrec's JaggedTensor).
 - ``wire``: the counts message both exchanges start with, and the checks they share.
@@ -10,6 +10,8 @@
 - ``plan``: what a call of one shape computes once (counts message template, displacements, recat
   indices, datatypes), in bounded caches; the checks on received counts.
 - ``placement``: putting (source, key) segments in (key, source) order (MPI indexed types or a recat gather).
+- ``device``: the arrays' own namespace (numpy or cupy) and the recat index built on the device; the
+  device data paths themselves (direct or staged) are the front door's (:mod:`mpicomm.front.jagged`).
 
 May import: ``mpicomm.core``, ``mpicomm.errors``, ``mpicomm._mpi``.
 """

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import _mpi
 from ..core import validation
-from ..core.buffers import as_int_list, row_size
+from ..core.buffers import as_int_list, datatype, displacements, row_size
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
+from .device import int_stats, is_device, namespace, to_host, xp_take
+from .jagged_array import cumulative
+from .plan import _DIRECT
 from .wire import (
     _DTYPES,
+    _FLAGS,
     _HEADER,
     _ROWS,
     _VALUES,
@@ -27,7 +31,7 @@ from .wire import (
     _fingerprint,
 )
 
-__all__ = ["JaggedResult", "jagged_all_to_all"]
+__all__ = ["JaggedResult", "jagged_all_to_all", "jagged_all_to_all_direct"]
 
 
 class JaggedResult(NamedTuple):
@@ -131,3 +135,79 @@ def jagged_all_to_all(
         return Work(requests, keep=(lens, vals), result=list(result))
     _mpi.MPI.Request.Waitall(requests)
     return result
+
+
+def jagged_all_to_all_direct(
+    values: Any,
+    lengths: Any,
+    send_splits: Sequence[int],
+    group: ProcessGroup | None,
+    mpi_view: Callable[[Any], Any],
+    ready: Callable[[], None],
+) -> JaggedResult | Any:
+    """:func:`jagged_all_to_all` of device arrays handed to a CUDA-aware MPI (blocking).
+
+    The counts message carries the direct flag, so every rank takes the blocking path (a CUDA-aware
+    MPI does not take device memory in non-blocking collectives) or all raise one error; then one
+    blocking ``Alltoallv`` each of lengths and values on the device memory. Only the value count
+    per destination (one number per rank) comes to the host. Anything unusual (validation mode, a
+    rank outside the group, an argument the host code refuses) returns ``NotImplemented``: the
+    staged path then runs the host code, which serves the call or raises its error.
+
+    Args:
+        values: The concatenated rows, a device array.
+        lengths: Row lengths, a device array.
+        send_splits: Rows to send to each group rank.
+        group: The process group; ``None`` for the world.
+        mpi_view: Makes a device array something mpi4py passes to MPI as a device pointer.
+        ready: Waits for the work queued on the caller's current stream (before MPI reads).
+
+    Returns:
+        The :class:`JaggedResult` of device arrays, or ``NotImplemented``.
+    """
+    fn = "jagged_all_to_all"
+    g = resolve(group, fn)
+    if g.comm is None or validation._Flag.on or not _plain(values, lengths):
+        return NotImplemented
+    try:
+        splits = as_int_list(send_splits, fn, "send_splits")
+    except (ArgumentError, ArgumentTypeError):
+        return NotImplemented
+    if len(splits) != g.size() or sum(splits) != lengths.size or min(splits, default=0) < 0:
+        return NotImplemented
+    if lengths.size and int_stats(lengths)[0] < 0:
+        return NotImplemented
+    bounds = _exclusive_cumsum(np.asarray(splits, dtype=np.int64))
+    ends = to_host(xp_take(cumulative(lengths, np.int64), bounds))  # size + 1 numbers
+    if int(ends[-1]) != values.shape[0]:
+        return NotImplemented
+    header = np.zeros((g.size(), _HEADER), dtype=np.int64)
+    header[:, _FLAGS] = _DIRECT
+    header[:, _ROWS] = splits
+    header[:, _VALUES] = np.diff(ends)
+    header[:, _DTYPES] = _fingerprint(str(lengths.dtype), _dtype_tag(values.dtype), values.shape[1:])
+    got = _exchange_header(g, header, fn, (lengths.itemsize, values.itemsize * row_size(values)))
+    xp = namespace(values)
+    out_l = xp.empty(int(got[:, _ROWS].sum()), dtype=lengths.dtype)
+    out_v = xp.empty((int(got[:, _VALUES].sum()), *values.shape[1:]), dtype=values.dtype)
+    ready()
+    for send, sent, recv, received in ((lengths, _ROWS, out_l, _ROWS), (values, _VALUES, out_v, _VALUES)):
+        row = row_size(send)
+        sc, rc = [c * row for c in header[:, sent].tolist()], [c * row for c in got[:, received].tolist()]
+        dt = datatype(send.dtype)
+        g.internal.Alltoallv(
+            [mpi_view(send), (sc, displacements(sc)), dt], [mpi_view(recv), (rc, displacements(rc)), dt]
+        )
+    return JaggedResult(out_l, out_v, got[:, _ROWS].tolist())
+
+
+def _plain(values: Any, lengths: Any) -> bool:
+    """Device arrays the host code would take: values with a dim, 1-D integer lengths."""
+    return (
+        is_device(values)
+        and is_device(lengths)
+        and values.ndim >= 1
+        and not values.dtype.hasobject
+        and lengths.ndim == 1
+        and lengths.dtype.kind in "iu"
+    )

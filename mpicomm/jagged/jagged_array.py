@@ -1,4 +1,4 @@
-"""``JaggedArray``: one key's rows of a KeyedJaggedArray (torchrec's JaggedTensor on numpy arrays)."""
+"""``JaggedArray``: one key's rows of a KeyedJaggedArray (torchrec's JaggedTensor on numpy or cupy arrays)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,26 @@ from typing import overload
 
 import numpy as np
 
-__all__ = ["JaggedArray"]
+from .device import is_device, namespace
+
+__all__ = ["JaggedArray", "cumulative"]
+
+
+def cumulative(lengths: np.ndarray, dtype: object) -> np.ndarray:
+    """``[0] + cumsum(lengths)`` in ``dtype``, in the lengths' own namespace (numpy or cupy).
+
+    Example:
+        >>> cumulative(np.array([2, 0, 1]), np.int64).tolist()
+        [0, 2, 2, 3]
+    """
+    if type(lengths) is np.ndarray:
+        out: np.ndarray = np.zeros(lengths.size + 1, dtype=dtype)  # type: ignore[call-overload]
+        np.cumsum(lengths, dtype=dtype, out=out[1:])  # type: ignore[call-overload]
+        return out
+    xp = namespace(lengths)
+    dev: np.ndarray = xp.zeros(lengths.size + 1, dtype=dtype)
+    dev[1:] = xp.cumsum(lengths, dtype=dtype)
+    return dev
 
 
 class JaggedArray:
@@ -46,9 +65,7 @@ class JaggedArray:
     def offsets(self) -> np.ndarray:
         """``[0] + cumsum(lengths)``."""
         if self._offsets is None:
-            offsets = np.zeros(self._lengths.size + 1, dtype=np.int64)
-            np.cumsum(self._lengths, out=offsets[1:])
-            self._offsets = offsets
+            self._offsets = cumulative(self._lengths, np.int64)
         return self._offsets
 
     def weights(self) -> np.ndarray | None:
@@ -87,13 +104,15 @@ class JaggedArray:
         if not isinstance(other, JaggedArray):
             return NotImplemented
         a, b = self._weights, other._weights
-        same_w = (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
-        return bool(
-            np.array_equal(self._lengths, other._lengths)
-            and np.array_equal(self._values, other._values)
-            and same_w
-        )
+        same_w = (a is None and b is None) or (a is not None and b is not None and _equal(a, b))
+        return bool(_equal(self._lengths, other._lengths) and _equal(self._values, other._values) and same_w)
 
     def __repr__(self) -> str:
         rows = ", ".join(str(r.tolist()) for r in self[:8]) + (", ..." if len(self) > 8 else "")
         return f"JaggedArray([{rows}]{', weighted' if self._weights is not None else ''})"
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    if is_device(a) != is_device(b):
+        return False
+    return bool(namespace(a).array_equal(a, b))

@@ -1,4 +1,4 @@
-"""``KeyedJaggedArray``: torchrec's KeyedJaggedTensor on numpy arrays, validated at construction."""
+"""``KeyedJaggedArray``: torchrec's KeyedJaggedTensor on numpy or cupy arrays, validated at construction."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 
 from ..core.buffers import check_array
 from ..errors import ArgumentError, ArgumentTypeError
+from .device import check_device_array, int_stats, is_device, namespace, to_host
 from .keyed_ops import KeyedOps
 
 __all__ = ["KeyedJaggedArray"]
@@ -88,6 +89,7 @@ class KeyedJaggedArray(KeyedOps):
         self._values = _check_values(values)
         self._lengths, self._offsets = _lengths_offsets(lengths, offsets)
         self._weights = _check_weights(weights, self._values)
+        _check_sides(self._values, self._lengths, self._weights)
         n = _exact_total(self._lengths, _NAME, "lengths" if offsets is None else "offsets")
         if n != self._values.shape[0]:
             raise ArgumentError(
@@ -338,7 +340,32 @@ def _cell(row: np.ndarray) -> str:
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+    if a.dtype != b.dtype or a.shape != b.shape or is_device(a) != is_device(b):
+        return False
+    return bool(namespace(a).array_equal(a, b))
+
+
+def _check_sides(values: Any, lengths: Any, weights: Any) -> None:
+    """Values, lengths (or offsets) and weights all in host memory or all on the device."""
+    nd = np.ndarray
+    if type(values) is nd and type(lengths) is nd and (weights is None or type(weights) is nd):
+        return  # the common case, in one line of type checks
+    dev = is_device(values)
+    for arg, x in (("lengths", lengths), ("weights", weights)):
+        if x is not None and is_device(x) != dev:
+            raise ArgumentTypeError(
+                f"{_NAME}: values {'is a device' if dev else 'is a host'} array and {arg} "
+                f"{'is not' if dev else 'is a device array'}; expected all arrays on the GPU or all on "
+                "the host (move one with cupy.asarray / .get(), or tensor.cuda() / .cpu())"
+            )
+
+
+def _array(x: object, arg: str) -> np.ndarray:
+    """``x`` as the jagged code takes it: a numpy array, or a device (cupy) array."""
+    if type(x) is np.ndarray or not is_device(x):
+        return check_array(x, _NAME, arg)
+    dev: np.ndarray = check_device_array(x, _NAME, arg)  # typed as numpy: the same methods are used
+    return dev
 
 
 def _check_keys(keys: object) -> list[str]:
@@ -354,7 +381,7 @@ def _check_keys(keys: object) -> list[str]:
 
 
 def _check_values(values: object) -> np.ndarray:
-    v = check_array(values, _NAME, "values")
+    v = _array(values, "values")
     if v.ndim == 0:
         raise ArgumentError(f"{_NAME}: values is 0-dimensional; expected at least one dimension")
     return v
@@ -363,7 +390,7 @@ def _check_values(values: object) -> np.ndarray:
 def _check_weights(weights: object, values: np.ndarray) -> np.ndarray | None:
     if weights is None:
         return None
-    w = check_array(weights, _NAME, "weights")
+    w = _array(weights, "weights")
     if w.ndim == 0 or w.shape[0] != values.shape[0]:
         raise ArgumentError(
             f"{_NAME}: weights has shape {w.shape}; expected {values.shape[0]} entries along dim 0, "
@@ -373,7 +400,7 @@ def _check_weights(weights: object, values: np.ndarray) -> np.ndarray | None:
 
 
 def _check_int_array(x: object, arg: str) -> np.ndarray:
-    a = check_array(x, _NAME, arg)
+    a = _array(x, arg)
     if a.ndim != 1:
         raise ArgumentError(f"{_NAME}: {arg} has shape {a.shape}; expected a 1-D array")
     if a.dtype.kind not in "iu":
@@ -391,9 +418,10 @@ def _exact_total(lengths: np.ndarray, fn: str, arg: str) -> int:
     """
     if lengths.size == 0:
         return 0
-    if int(lengths.max()) * lengths.size < 2**63:  # no partial sum can wrap: numpy's sum is exact
+    top = int(lengths.max()) if type(lengths) is np.ndarray else int_stats(lengths)[1]
+    if top * lengths.size < 2**63:  # no partial sum can wrap: numpy's (or cupy's) sum is exact
         return int(lengths.sum(dtype=np.int64))
-    total = int(np.sum(lengths, dtype=object))
+    total = int(np.sum(to_host(lengths), dtype=object))
     if total >= 2**63:
         raise ArgumentError(
             f"{fn}: {arg} describe {total} values in all, past int64; expected a total below 2**63 "
@@ -409,16 +437,21 @@ def _lengths_offsets(lengths: object, offsets: object) -> tuple[np.ndarray, np.n
                             "weights, as in torchrec: write lengths=...)")  # fmt: skip
     if lengths is not None:
         lens = _check_int_array(lengths, "lengths")
-        if lens.size and lens.min() < 0:
-            raise ArgumentError(f"{_NAME}: lengths has a negative entry {lens.min()}; expected >= 0")
+        if lens.size and (low := _lowest(lens)) < 0:
+            raise ArgumentError(f"{_NAME}: lengths has a negative entry {low}; expected >= 0")
         return lens, None
     offs = _check_int_array(offsets, "offsets")
-    if offs.size == 0 or offs[0] != 0:
+    if offs.size == 0 or int(offs[0]) != 0:
         raise ArgumentError(f"{_NAME}: offsets is {offs[:4].tolist()}...; expected it to start with 0")
-    lens = np.diff(offs)
-    if lens.size and lens.min() < 0:
-        raise ArgumentError(f"{_NAME}: offsets decrease (a length of {lens.min()}); expected non-decreasing")
+    lens = namespace(offs).diff(offs)
+    if lens.size and (low := _lowest(lens)) < 0:
+        raise ArgumentError(f"{_NAME}: offsets decrease (a length of {low}); expected non-decreasing")
     return lens, offs
+
+
+def _lowest(a: np.ndarray) -> int:
+    """The smallest entry of a non-empty integer array (a device array answers with one transfer)."""
+    return int(a.min()) if type(a) is np.ndarray else int_stats(a)[0]
 
 
 def _check_vbe(table: object, nkeys: int, nlengths: int) -> list[list[int]] | None:

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..core.buffers import as_int_list
 from ..errors import ArgumentError, ArgumentTypeError
-from .jagged_array import JaggedArray
+from .device import namespace, to_host, xp_take
+from .jagged_array import JaggedArray, cumulative
 
 __all__ = ["KeyedOps"]
 
@@ -73,9 +74,7 @@ class KeyedOps:
     def offsets(self) -> np.ndarray:
         """``[0] + cumsum(lengths)``, computed on first use."""
         if self._offsets is None:
-            offsets = np.zeros(self._lengths.size + 1, dtype=self._lengths.dtype)
-            np.cumsum(self._lengths, out=offsets[1:])
-            self._offsets = offsets
+            self._offsets = cumulative(self._lengths, self._lengths.dtype)
         return self._offsets
 
     def _wide_offsets(self) -> np.ndarray:
@@ -86,11 +85,9 @@ class KeyedOps:
         """
         if self._offsets64 is None:
             if self._lengths.dtype.itemsize == 8:
-                self._offsets64 = self.offsets()
+                self._offsets64 = KeyedOps.offsets(self)
             else:
-                wide = np.zeros(self._lengths.size + 1, dtype=np.int64)
-                np.cumsum(self._lengths, dtype=np.int64, out=wide[1:])
-                self._offsets64 = wide
+                self._offsets64 = cumulative(self._lengths, np.int64)
         return self._offsets64
 
     def stride_per_key(self) -> list[int]:
@@ -128,8 +125,8 @@ class KeyedOps:
             spk = [sum(r) for r in vbe] if vbe is not None else [self._stride] * len(self._keys)
             ends = np.zeros(len(spk) + 1, dtype=np.int64)
             np.cumsum(spk, out=ends[1:])
-            # KeyedOps.offsets: numpy, also under mpicomm.KeyedJaggedArray (which answers in torch)
-            opk = KeyedOps.offsets(self)[ends].astype(np.int64).tolist()
+            # KeyedOps.offsets: the arrays' own, also under mpicomm.KeyedJaggedArray (which answers in torch)
+            opk = to_host(xp_take(KeyedOps.offsets(self), ends)).astype(np.int64).tolist()
             lpk = np.diff(opk).tolist()
             self._per_key = (spk, lpk, opk)
         return self._per_key
@@ -257,6 +254,9 @@ class KeyedOps:
         rows = _ranges(lo[:-1][pick], np.asarray(spk, np.int64)[pick])
         vals = _ranges(np.asarray(opk[:-1], np.int64)[pick], np.asarray(lpk, np.int64)[pick])
         vbe = None if self._spkpr is None else [self._spkpr[i] for i in order]
+        if not isinstance(self._values, np.ndarray):  # device arrays: each index uploaded once
+            xp = namespace(self._values)
+            rows, vals = xp.asarray(rows), xp.asarray(vals)
         w = None if self._weights is None else self._weights[vals]
         keys = [self._keys[i] for i in order]
         return self._trusted(keys, self._values[vals], self._lengths[rows], w, self._stride, vbe)
@@ -303,9 +303,10 @@ class KeyedOps:
         first = parts[0]
         weighted, vbe = first._weights is not None, first._spkpr is not None
         keys = [k for p in parts for k in p._keys]
-        values = np.concatenate([p._values for p in parts])
-        lengths = np.concatenate([p._lengths for p in parts])
-        w = np.concatenate([p._weights for p in parts if p._weights is not None]) if weighted else None
+        xp = namespace(first._values)
+        values = xp.concatenate([p._values for p in parts])
+        lengths = xp.concatenate([p._lengths for p in parts])
+        w = xp.concatenate([p._weights for p in parts if p._weights is not None]) if weighted else None
         table = [row for p in parts for row in (p._spkpr or [])] if vbe else None
         stride = next((p._stride for p in parts if p._keys), first._stride)
         if vbe:
@@ -382,6 +383,11 @@ def _check_alike(p: KeyedOps, first: KeyedOps, i: int, fn: str) -> None:
         )
     if (p._spkpr is None) != (first._spkpr is None):
         raise ArgumentError(f"{fn}: kja_list[{i}] and kja_list[0] differ in VBE; expected all VBE or none")
+    if type(p._values) is not type(first._values):
+        raise ArgumentTypeError(
+            f"{fn}: kja_list[{i}] holds {type(p._values).__qualname__} arrays and kja_list[0] "
+            f"{type(first._values).__qualname__} arrays; expected all on the host or all on the GPU"
+        )
     pairs = [(p._values, first._values, "values"), (p._lengths, first._lengths, "lengths")]
     if p._weights is not None and first._weights is not None:
         pairs.append((p._weights, first._weights, "weights"))

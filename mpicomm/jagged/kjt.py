@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from operator import sub
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,9 +28,11 @@ from ..core.control import PAYLOAD_ENV, memory_bound
 from ..core.groups import ProcessGroup, resolve
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError, GroupError
+from .device import to_host, xp_take
 from .keyed import KeyedJaggedArray
 from .placement import indexed_types
 from .plan import (
+    _DIRECT,
     Layout,
     Lru,
     RecvPlan,
@@ -60,6 +62,18 @@ class _Placement:
     min_values = 8192
     #: Send plans (distinct shapes of this rank's input) a KJTAllToAll keeps; each keeps 8 receive plans.
     plans = 16
+
+
+class _Call(NamedTuple):
+    """One exchange once its counts are known: what the data step of any path needs."""
+
+    a2a: KJTAllToAll
+    kja: KeyedJaggedArray
+    send: SendPlan
+    recv: RecvPlan
+    values_sk: np.ndarray
+    received: tuple[list[int], int]
+    sent: list[int]
 
 
 class KJTAllToAllAwaitable:
@@ -151,6 +165,10 @@ class KJTAllToAll:
         True
     """
 
+    #: The device data path (``mpicomm.front.jagged`` sets it): ``direct()`` says whether this rank
+    #: hands device memory to MPI, ``start(call, placed, direct)`` moves a :class:`_Call`'s data.
+    _device: Any = None
+
     def __init__(
         self,
         pg: ProcessGroup | Sequence[int] | None = None,
@@ -220,11 +238,22 @@ class KJTAllToAll:
             )
         if lay.size == 1:
             return KJTAllToAllAwaitable(completed(), [kja])
+        device = type(kja._values) is not np.ndarray
+        if device and self._device is None:
+            raise ArgumentTypeError(
+                f"{fn}: the KeyedJaggedArray holds device arrays; expected numpy arrays here "
+                "(mpicomm.KJTAllToAll, the front door's, takes device arrays)"
+            )
         if not self._agreed:
             self._agree()
-        send = self._send_plan(kja)
-        offsets = kja._offsets64 if kja._offsets64 is not None else kja._wide_offsets()
-        header, key_values = send.header(lay, offsets, kja._values.shape[0])
+        direct = device and self._device.direct()
+        send = self._send_plan(kja, direct)
+        if device:  # the key offsets only (nkeys + 1 numbers) come to the host
+            key_values = to_host(xp_take(kja._wide_offsets(), send.key_index))
+            header = send.header_keys(lay, key_values, kja._values.shape[0])
+        else:
+            offsets = kja._offsets64 if kja._offsets64 is not None else kja._wide_offsets()
+            header, key_values = send.header(lay, offsets, kja._values.shape[0])
         got = np.empty_like(header)
         g.internal.Alltoall([header, self._i64], [got, self._i64])
         recv = send.receive(lay, got, fn)
@@ -232,9 +261,14 @@ class KJTAllToAll:
         totals = got[:, lay.total_col].tolist()
         check_kjt_claims(totals, counts, send.item_bytes, recv.total, got_values, fn)
         sent = key_values[lay.dest_index].tolist()  # where each destination's values start, and the end
-        # every rank sees every rank's total, so every rank takes the same path
+        # every rank sees every rank's total and direct flag, so every rank takes the same path
         total = sum(totals)
-        if send.placeable and total >= _Placement.min_values * lay.size:
+        placed = not direct and send.placeable and total >= _Placement.min_values * lay.size
+        if device:
+            call = _Call(self, kja, send, recv, values_sk, (counts, got_values), sent)
+            handle: KJTAllToAllAwaitable = self._device.start(call, placed, direct)
+            return handle
+        if placed:
             return self._start_in_place(kja, send, recv, values_sk, (counts, got_values), sent)
         return self._start_gather(kja, send, recv, values_sk, (counts, got_values), sent)
 
@@ -250,15 +284,19 @@ class KJTAllToAll:
             )
         self._agreed = True
 
-    def _send_plan(self, kja: KeyedJaggedArray) -> SendPlan:
-        """The send plan of ``kja``'s shape: made on first use, then served from a bounded cache."""
+    def _send_plan(self, kja: KeyedJaggedArray, direct: bool = False) -> SendPlan:
+        """The send plan of ``kja``'s shape: made on first use, then served from a bounded cache.
+
+        ``direct``: this rank hands device memory to MPI (the flag travels in the counts message).
+        """
         w, v, lens = kja._weights, kja._values, kja._lengths
         vbe = None if kja._spkpr is None else tuple(kja.stride_per_key())
         wkey = None if w is None else (w.dtype, w.shape[1:])
-        key = (kja._stride, vbe, lens.dtype, v.dtype, v.shape[1:], wkey)
+        key = (kja._stride, vbe, lens.dtype, v.dtype, v.shape[1:], wkey, direct)
         plan = self._send.get(key)
         if plan is None:  # a new shape here
             flags = (_VBE if vbe is not None else 0) | (_WEIGHTED if w is not None else 0)
+            flags |= _DIRECT if direct else 0
             if vbe is not None:
                 key_rows = _exclusive_cumsum(np.asarray(vbe, dtype=np.int64))
             else:
@@ -290,23 +328,16 @@ class KJTAllToAll:
         posting non-blocking ones and waiting (measured on MPICH, 2 ranks, 1 KiB: about 8 us against
         10 us for lengths and values), and there is little transfer to overlap.
         """
-        lay, comm = self._layout, self.group.internal
+        lay = self._layout
         lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
-        lt, vt, wt = send.types
-        counts, got_values = received
-        displs_list = starts(counts)
-        sd = sent[:-1]
-        sc = list(map(sub, sent[1:], sd))
+        got_values = received[1]
         recv_l = np.empty(recv.total, dtype=lens.dtype)
         recv_v = np.empty((got_values, *vals.shape[1:]), dtype=vals.dtype)
-        rows = (send.row_counts, send.row_displs)
-        comm.Alltoallv([lens, rows, lt], [recv_l, (recv.counts, recv.displs), lt])
-        comm.Alltoallv([vals, (sc, sd), vt], [recv_v, (counts, displs_list), vt])
         recv_w = None
         if w is not None:
             w = send_view(w)
             recv_w = np.empty((got_values, *w.shape[1:]), dtype=w.dtype)
-            comm.Alltoallv([w, (sc, sd), wt], [recv_w, (counts, displs_list), wt])
+        self._moves(send, recv, received, sent, (lens, vals, w), (recv_l, recv_v, recv_w))
         index = None if lay.identity else value_index(values_sk, lay, got_values)
         keys = kja._keys[lay.key_range]
         out: list[KeyedJaggedArray] = []
@@ -320,6 +351,31 @@ class KJTAllToAll:
 
         return KJTAllToAllAwaitable(None, out, finish)
 
+    def _moves(
+        self,
+        send: SendPlan,
+        recv: RecvPlan,
+        received: tuple[list[int], int],
+        sent: list[int],
+        src: tuple[Any, Any, Any],
+        dst: tuple[Any, Any, Any],
+    ) -> None:
+        """The gather path's messages: one blocking Alltoallv each of lengths, values and weights.
+
+        ``src`` and ``dst`` are numpy arrays, pinned host views of device arrays (staged) or device
+        arrays (direct): the same MPI calls whatever the memory, so that ranks may mix them.
+        """
+        comm, (lt, vt, wt) = self.group.internal, send.types
+        counts = received[0]
+        displs = starts(counts)
+        sd = sent[:-1]
+        sc = list(map(sub, sent[1:], sd))
+        rows = (send.row_counts, send.row_displs)
+        comm.Alltoallv([src[0], rows, lt], [dst[0], (recv.counts, recv.displs), lt])
+        comm.Alltoallv([src[1], (sc, sd), vt], [dst[1], (counts, displs), vt])
+        if src[2] is not None:
+            comm.Alltoallv([src[2], (sc, sd), wt], [dst[2], (counts, displs), wt])
+
     def _start_in_place(
         self,
         kja: KeyedJaggedArray,
@@ -328,8 +384,11 @@ class KJTAllToAll:
         values_sk: np.ndarray,
         received: tuple[list[int], int],
         sent: list[int],
+        into: tuple[Any, Any, Any] | None = None,
     ) -> KJTAllToAllAwaitable:
         """Large exchanges: MPI writes every (source, key) segment straight to its (key, source) place.
+
+        ``into``: receive arrays to fill (the staged path's pinned buffers) instead of new ones.
 
         One Ialltoallw per array, whose receive datatype for each source is an indexed type listing
         where that source's segments go. There is no recat copy at all. The lengths' types come from
@@ -347,8 +406,11 @@ class KJTAllToAll:
         mine = (sd[me], sc[me])  # this rank's own segments: placed by a local copy below
         sc[me] = 0
         send_at = [d * send.value_bytes for d in sd]
-        recv_l = np.empty(recv.total, dtype=lens.dtype)
-        recv_v = np.empty((received[1], *vals.shape[1:]), dtype=vals.dtype)
+        if into is None:
+            recv_l = np.empty(recv.total, dtype=lens.dtype)
+            recv_v = np.empty((received[1], *vals.shape[1:]), dtype=vals.dtype)
+        else:
+            recv_l, recv_v = into[0], into[1]
         rows = (send.row_counts_peers, send.row_bytes)
         requests = [
             comm.Ialltoallw([lens, rows, [lt] * lay.size], lay.recv(recv_l, row_types, lt)),
@@ -360,15 +422,15 @@ class KJTAllToAll:
             w = send_view(w)
             weight_types = value_types if wt == vt else indexed_types(wt, *segments_by_key(values_sk, lay))
             made += [] if weight_types is value_types else weight_types
-            recv_w = np.empty((received[1], *w.shape[1:]), dtype=w.dtype)
+            recv_w = np.empty((received[1], *w.shape[1:]), dtype=w.dtype) if into is None else into[2]
             w_at = send_at if wt == vt else [d * w.itemsize * row_size(w) for d in sd]
             requests.append(
                 comm.Ialltoallw([w, (sc, w_at), [wt] * lay.size], lay.recv(recv_w, weight_types, wt))
             )
             local.append((w, mine, wt, recv_w, weight_types))
-        for x, (first, count), dt, into, types in local:
+        for x, (first, count), dt, dest, types in local:
             if types:  # MPI's own path to this rank is far slower than a local copy (see _Placement)
-                self_comm().Sendrecv([x[first : first + count], count, dt], 0, 0, [into, 1, types[me]], 0, 0)
+                self_comm().Sendrecv([x[first : first + count], count, dt], 0, 0, [dest, 1, types[me]], 0, 0)
         keys = kja._keys[lay.key_range]
         out: list[KeyedJaggedArray] = []
 

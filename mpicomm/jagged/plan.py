@@ -34,6 +34,9 @@ __all__ = ["Layout", "Lru", "RecvPlan", "SendPlan", "starts"]
 
 _STRIDE, _ROWS0 = 3, 4
 _FIXED = _SPLITS + 1  # the columns every rank must send alike
+#: A FLAGS bit: the sender hands device memory to a CUDA-aware MPI, so every rank must take the
+#: blocking path (CUDA-aware MPIs do not take device memory in non-blocking collectives).
+_DIRECT = 4
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -155,6 +158,7 @@ class RecvPlan:
         "__weakref__",
         "_types",
         "counts",
+        "device_rows",
         "displs",
         "row_index",
         "rows_sk",
@@ -177,6 +181,8 @@ class RecvPlan:
             self.stride, self.table = int(got[:, _STRIDE].sum()), None
         self.row_index = None if layout.identity else _gather_index(rows_sk.reshape(-1), layout.perm)
         self._types: list[Any] | None = None
+        #: The row index on a device, as (device id, array), made by the device path on first use.
+        self.device_rows: tuple[int, Any] | None = None
 
     def row_types(self, layout: Layout, base: Any) -> list[Any]:
         """Per source, the indexed datatype that puts its lengths in place (made once, freed with the plan).
@@ -233,7 +239,7 @@ class SendPlan:
     """
 
     __slots__ = (
-        "fixed", "item_bytes", "key_index", "placeable", "recv", "row_bytes", "row_counts",
+        "fixed", "item_bytes", "key_index", "key_rows", "placeable", "recv", "row_bytes", "row_counts",
         "row_counts_peers", "row_displs", "row_self", "template", "types", "value_bytes",
     )  # fmt: skip
 
@@ -247,6 +253,7 @@ class SendPlan:
         step = int(key_rows[1] - key_rows[0]) if key_rows.size > 1 else 0
         uniform_rows = step > 0 and np.array_equal(key_rows, np.arange(key_rows.size) * step)
         self.key_index: slice | np.ndarray = slice(None, None, step) if uniform_rows else key_rows
+        self.key_rows = key_rows  # where each key's lengths start (and the end)
         rows = key_rows[layout.bounds]
         self.row_counts, self.row_displs = (rows[1:] - rows[:-1]).tolist(), rows[:-1].tolist()
         self.row_bytes = [d * types[0].Get_size() for d in self.row_displs]  # Ialltoallw's displacements
@@ -266,8 +273,12 @@ class SendPlan:
 
     def header(self, layout: Layout, offsets: np.ndarray, nvalues: int) -> tuple[np.ndarray, np.ndarray]:
         """This call's counts message and each key's value offsets (``nkeys + 1``, from ``offsets``)."""
-        header = self.template.copy()
         key_values = offsets[self.key_index]
+        return self.header_keys(layout, key_values, nvalues), key_values
+
+    def header_keys(self, layout: Layout, key_values: np.ndarray, nvalues: int) -> np.ndarray:
+        """This call's counts message from each key's value offsets (``nkeys + 1`` int64 on the host)."""
+        header = self.template.copy()
         if layout.uniform:
             shape = (layout.size, layout.maxk)
             np.subtract(key_values[1:].reshape(shape), key_values[:-1].reshape(shape),
@@ -275,7 +286,8 @@ class SendPlan:
         else:
             header.reshape(-1)[layout.value_slots] = key_values[1:] - key_values[:-1]
         header[:, layout.total_col] = nvalues
-        return header, key_values
+        out: np.ndarray = header
+        return out
 
     def receive(self, layout: Layout, got: np.ndarray, fn: str) -> RecvPlan:
         """The receive plan for the shape in ``got``, checking it the first time it is seen.
@@ -288,6 +300,7 @@ class SendPlan:
         plan = self.recv.get(key)
         if plan is None:
             if got[:, :_FIXED].tobytes() != self.fixed:
+                _disagree_direct(got[:, _FLAGS], fn)
                 _disagree(got, fn)
                 raise CrossRankMismatchError(f"{fn}: a rank disagrees with this one about weights, VBE, "
                                              "dtypes or splits; expected the same on every rank")  # fmt: skip
@@ -296,6 +309,17 @@ class SendPlan:
             plan = RecvPlan(layout, got, vbe)
             self.recv.put(key, plan)
         return plan
+
+
+def _disagree_direct(flags: np.ndarray, fn: str) -> None:
+    """Raise if some ranks hand device memory to MPI directly and others do not."""
+    direct = (flags & _DIRECT) != 0
+    if direct.any() and not direct.all():
+        raise CrossRankMismatchError(
+            f"{fn}: ranks {np.flatnonzero(direct).tolist()} pass device arrays to a CUDA-aware MPI and "
+            f"ranks {np.flatnonzero(~direct).tolist()} do not; expected device arrays on every rank, or "
+            "MPICOMM_CUDA_AWARE=0 to stage them through host memory (staged ranks mix with host ranks)"
+        )
 
 
 def _check_rows(got: np.ndarray, layout: Layout, vbe: bool, fn: str) -> None:

@@ -148,7 +148,11 @@ def check_kjt_claims(
 
 def _disagree(received: np.ndarray, fn: str) -> None:
     """Raise the mismatch error for the first column of ``received`` whose ranks disagree."""
-    what = {_FLAGS: "weights or VBE", _DTYPES: "dtypes or value shapes", _SPLITS: "splits or stagger"}
+    what = {
+        _FLAGS: "weights or VBE, or the device path (device arrays to a CUDA-aware MPI or not)",
+        _DTYPES: "dtypes or value shapes",
+        _SPLITS: "splits or stagger",
+    }
     for column, name in what.items():
         col = received[:, column]
         if (col != col[0]).any():

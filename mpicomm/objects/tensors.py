@@ -1,4 +1,4 @@
-"""torch tensors inside object collectives: their data out of band as numpy arrays, rebuilt as CPU tensors.
+"""torch tensors and cupy arrays inside object collectives: their data out of band, rebuilt on arrival.
 
 torch pickles a tensor through its storage, inside the stream. mpicomm's pickler hands a dense CPU
 tensor over as a zero-copy numpy view instead, so its data travels out of band like a numpy array's
@@ -6,6 +6,12 @@ tensor over as a zero-copy numpy view instead, so its data travels out of band l
 memory with :func:`from_numpy`, which safe mode allows with checked arguments (a numpy array of a
 plain dtype, a dtype tag, a bool). Other tensors (sparse, quantized, CUDA, ...) keep torch's own
 pickling; safe mode refuses those, as it refuses every class off its allow-list.
+
+A cupy array is copied to the host once, in the order of the work queued on the caller's current
+stream (``ndarray.get()``), and travels as that host copy's out-of-band buffer; the receiver
+rebuilds it with :func:`from_numpy` and the tag ``"cupy"``: one host-to-device copy into a new cupy
+array on the receiving rank's current device (through its current stream). Its bytes are never part
+of the pickle stream above 64 KiB (below, copying them costs less than a message, as for numpy).
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["from_numpy", "reduce_tensor"]
+__all__ = ["CUPY", "check", "from_numpy", "reduce_cupy", "reduce_tensor"]
 
 _BF16 = "bfloat16"
+#: The tag of a cupy array: rebuilt on the receiving rank's current device.
+CUPY = "cupy"
 
 
 def reduce_tensor(obj: Any) -> Any:
@@ -27,6 +35,9 @@ def reduce_tensor(obj: Any) -> Any:
         >>> reduce_tensor([1, 2]) is NotImplemented
         True
     """
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(obj, cupy.ndarray):
+        return reduce_cupy(obj)
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(obj, torch.Tensor):
         return NotImplemented
@@ -43,12 +54,28 @@ def reduce_tensor(obj: Any) -> Any:
     return from_numpy, (array, tag, bool(obj.requires_grad))
 
 
+def reduce_cupy(obj: Any) -> Any:
+    """The pickle reduction of a cupy array: its host copy (C order) and the tag ``"cupy"``.
+
+    The copy is made in stream order: after the work queued on the current stream that writes the
+    array. Arrays of other than plain dtypes keep cupy's own pickling (which safe mode refuses).
+    """
+    if obj.dtype.kind not in "biufc":
+        return NotImplemented
+    host: np.ndarray = obj.get()
+    return from_numpy, (host, CUPY, False)
+
+
 def from_numpy(array: np.ndarray, tag: str, requires_grad: bool) -> Any:
-    """A CPU tensor over ``array``'s memory (a copy if the array is read-only).
+    """A CPU tensor over ``array``'s memory (a copy if the array is read-only); a cupy array for ``"cupy"``.
 
     Raises:
-        ModuleNotFoundError: torch is not installed on the receiving rank.
+        ModuleNotFoundError: torch (or cupy, for a cupy array) is not installed on the receiving rank.
     """
+    if tag == CUPY:
+        import cupy  # the sender had cupy; this rank needs it to hold a device array
+
+        return cupy.asarray(array)  # a new array on the current device, copied on its current stream
     import torch  # the sender had torch; this rank needs it to hold a tensor
 
     if not array.flags.writeable:
@@ -64,11 +91,12 @@ def check(array: object, tag: object, requires_grad: object) -> None:
 
     Raises:
         TypeError: ``array`` is not a numpy array of a plain (bool, integer, float, complex) dtype,
-            ``tag`` is not ``""`` or ``"bfloat16"``, or ``requires_grad`` is not a bool.
+            ``tag`` is not ``""``, ``"bfloat16"`` or ``"cupy"``, or ``requires_grad`` is not a bool
+            (False for a cupy array).
     """
     if type(array) is not np.ndarray or array.dtype.kind not in "biufc":
         raise TypeError(f"a tensor from a {type(array).__qualname__}; expected a numpy array of numbers")
-    if tag not in ("", _BF16) or (tag == _BF16 and array.dtype != np.int16):
-        raise TypeError(f"a tensor with dtype tag {tag!r}; expected '' or 'bfloat16' over int16")
-    if type(requires_grad) is not bool:
-        raise TypeError(f"a tensor with requires_grad={requires_grad!r}; expected a bool")
+    if tag not in ("", _BF16, CUPY) or (tag == _BF16 and array.dtype != np.int16):
+        raise TypeError(f"a tensor with dtype tag {tag!r}; expected '', 'bfloat16' over int16, or 'cupy'")
+    if type(requires_grad) is not bool or (tag == CUPY and requires_grad):
+        raise TypeError(f"a tensor with requires_grad={requires_grad!r}; expected a bool (False for cupy)")

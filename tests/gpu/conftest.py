@@ -1,4 +1,9 @@
-"""GPU tests: marked ``gpu``, skipped with a clear reason where cupy or a CUDA device is missing."""
+"""GPU tests: marked ``gpu``, skipped with a clear reason where cupy or a CUDA device is missing.
+
+With ``PYTHONPATH=tests/fakecupy`` they run on the numpy-backed fake cupy (CPU emulation: plumbing,
+stream order and layouts, never GPU verification); the fake then gets Python stand-ins of the
+suite's CUDA kernels.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,13 @@ def _gpu_missing() -> str | None:
             return "no CUDA device is visible"
     except Exception as exc:  # the CUDA runtime raises its own error types
         return f"the CUDA runtime is not usable: {exc}"
+    if getattr(cupy, "IS_FAKE", False):
+        cupy._fake.KERNELS["spin_then_fill"] = _spin_then_fill
     return None
+
+
+def _spin_then_fill(out, value, cycles, n) -> None:  # the fake's stand-in of test_collectives_gpu.SPIN
+    out[:n] = value
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -306,3 +306,71 @@ def test_the_shared_cuda_open_mpi_without_a_driver_says_staged(tmp_path: Path) -
     assert version.startswith("Open MPI v4.1.4")
     assert query == ["MPIX_Query_cuda_support", 1]
     assert path == "staged" and "libcuda.so.1" in reason
+
+
+# ---- every Open MPI 4.x way of turning CUDA off at run time (issue 24, fix 5) ----------------------
+
+QUERY_1 = ("MPIX_Query_cuda_support", 1)
+
+
+@pytest.mark.parametrize("var", ["OMPI_MCA_opal_cuda_support", "OMPI_MCA_mpi_cuda_support"])
+@pytest.mark.parametrize("value", ["0", "false", "off"])
+def test_open_mpi_4_cuda_switches_in_the_environment_stage(var: str, value: str) -> None:
+    got = decide({var: value}, MpiFacts(OPEN_MPI, QUERY_1, cuda_driver=True))
+    assert not got.aware and f"{var}={value} turns CUDA off" in got.reason
+
+
+@pytest.mark.parametrize("name", ["opal_cuda_support", "mpi_cuda_support"])
+def test_open_mpi_4_cuda_switch_in_an_mca_parameter_file_stages(name: str) -> None:
+    facts = MpiFacts(OPEN_MPI, QUERY_1, cuda_driver=True, mca_params={name: "0"})
+    got = decide({}, facts)
+    assert not got.aware and f"{name} in an MCA parameter file" in got.reason
+
+
+def test_the_environment_overrides_the_mca_parameter_file() -> None:
+    facts = MpiFacts(OPEN_MPI, QUERY_1, cuda_driver=True, mca_params={"opal_cuda_support": "0"})
+    assert decide({"OMPI_MCA_opal_cuda_support": "1"}, facts).aware is True
+
+
+@pytest.mark.parametrize(
+    ("tls", "aware"),
+    [
+        ("sm,self,tcp", False),
+        ("^cuda_copy,cuda_ipc", False),
+        ("^cuda", False),
+        ("rc,sm,cuda_copy,cuda_ipc", True),
+        ("all", True),
+        ("^tcp", True),
+    ],
+)
+@pytest.mark.parametrize("pml_in", ["env", "file"])
+def test_open_mpi_ucx_without_a_cuda_transport_stages(tls: str, aware: bool, pml_in: str) -> None:
+    env = {"UCX_TLS": tls}
+    params = {}
+    if pml_in == "env":
+        env["OMPI_MCA_pml"] = "ucx"
+    else:
+        params["pml"] = "ucx"
+    for version in (OPEN_MPI, "Open MPI v5.0.6, package: Open MPI"):
+        got = decide(env, MpiFacts(version, QUERY_1, cuda_driver=True, mca_params=params))
+        assert got.aware is aware, (version, got)
+        if not aware:
+            assert f"UCX_TLS={tls}" in got.reason
+
+
+def test_ucx_tls_without_the_ucx_pml_changes_nothing() -> None:
+    assert decide({"UCX_TLS": "tcp"}, MpiFacts(OPEN_MPI, QUERY_1, cuda_driver=True)).aware is True
+
+
+def test_mca_parameter_files_are_read_first_file_first(tmp_path: Path) -> None:
+    from mpicomm.gpu.cuda_aware import _mca_param_files, read_mca_params
+
+    user, system = tmp_path / "user.conf", tmp_path / "system.conf"
+    user.write_text("# mine\nopal_cuda_support = 0   # off for this user\n")
+    system.write_text("opal_cuda_support = 1\npml = ucx\n")
+    assert read_mca_params([str(user), str(system)]) == {"opal_cuda_support": "0", "pml": "ucx"}
+    listed = _mca_param_files({"OMPI_MCA_mca_param_files": f"{user}:{system}"})
+    assert listed == [str(user), str(system)]
+    defaults = _mca_param_files({"HOME": str(tmp_path), "OPAL_PREFIX": "/opt/ompi"})
+    assert str(tmp_path / ".openmpi" / "mca-params.conf") in defaults
+    assert "/opt/ompi/etc/openmpi-mca-params.conf" in defaults

@@ -45,19 +45,38 @@ class CountingAllocator:
         (4 * KiB + 1, 8 * KiB),
         (MiB - 1, MiB),
         (MiB, MiB),
-        (MiB + 1, 2 * MiB),
-        (5 * MiB, 8 * MiB),
+        (64 * KiB, 64 * KiB),
+        (64 * KiB + 1, 80 * KiB),
+        (MiB + 1, MiB + 256 * KiB),
+        (5 * MiB, 5 * MiB),
+        (2100 * MiB, 2560 * MiB),
     ],
 )
-def test_size_class_is_the_next_power_of_two_from_4_kib(nbytes: int, size: int) -> None:
+def test_size_class_is_a_power_of_two_to_64_kib_then_a_quarter_step(nbytes: int, size: int) -> None:
     assert size_class(nbytes) == size
 
 
 @given(st.integers(0, 1 << 40))
-def test_size_class_fits_the_request_at_most_doubled(nbytes: int) -> None:
+def test_size_class_fits_the_request_with_at_most_a_quarter_more(nbytes: int) -> None:
     size = size_class(nbytes)
-    assert size >= nbytes and size & (size - 1) == 0 and size >= 4 * KiB
-    assert size <= max(4 * KiB, 2 * nbytes)
+    assert size >= nbytes and size >= 4 * KiB
+    if nbytes > 64 * KiB:
+        assert size <= nbytes * 1.25 and size % (1 << ((nbytes - 1).bit_length() - 3)) == 0
+    else:
+        assert size & (size - 1) == 0 and size <= max(4 * KiB, 2 * nbytes)
+
+
+def test_a_request_over_the_cap_gets_exactly_its_size_and_is_not_kept() -> None:
+    sizes: list[int] = []
+
+    def alloc(n: int) -> np.ndarray:
+        sizes.append(n)
+        return np.empty(n, np.uint8)
+
+    pool = HostBufferPool(alloc, cap_bytes=MiB)
+    with pool.borrow(3 * MiB + 5) as buf:
+        assert buf.nbytes == 3 * MiB + 5
+    assert sizes == [3 * MiB + 5] and pool.stats().bytes_held == 0
 
 
 # ---- the pool -----------------------------------------------------------------------------------------
@@ -109,8 +128,8 @@ def test_pool_keeps_one_free_list_per_size_class() -> None:
     for n in (MiB, 10, 3 * MiB, MiB, 10, 3 * MiB):
         with pool.borrow(n):
             pass
-    assert alloc.sizes == [MiB, 4 * KiB, 4 * MiB]
-    assert pool.stats().reuses == 3 and pool.stats().bytes_held == MiB + 4 * KiB + 4 * MiB
+    assert alloc.sizes == [MiB, 4 * KiB, 3 * MiB]
+    assert pool.stats().reuses == 3 and pool.stats().bytes_held == MiB + 4 * KiB + 3 * MiB
 
 
 def test_pool_evicts_idle_buffers_largest_first_to_stay_under_its_cap() -> None:

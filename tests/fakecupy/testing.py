@@ -1,0 +1,59 @@
+"""What the multi-rank tests on the fake cupy share: activation, a poisoning pool, inputs, a world view."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from . import fixture
+
+SEED = 2024
+
+#: The byte every staging buffer is filled with when lent (item 5(c) of issue 24): bytes MPI did
+#: not write show up as this pattern.
+POISON = 0x5A
+
+
+def activate() -> Iterator[Any]:
+    """A module fixture's body: the fake cupy for the module's tests."""
+    yield from fixture()
+
+
+def poisoning_pool() -> Any:
+    """A pinned pool that fills every buffer it lends with :data:`POISON`."""
+    from mpicomm.gpu.backend import backend
+    from mpicomm.gpu.staging import HostBufferPool
+
+    class PoisonPool(HostBufferPool):
+        def acquire(self, nbytes: int) -> np.ndarray:
+            buf = super().acquire(nbytes)
+            buf.fill(POISON)
+            return buf
+
+    return PoisonPool(lambda nbytes: backend().pinned(nbytes))
+
+
+def use_staged(monkeypatch: Any, aware: str = "0") -> None:
+    """Fresh state for one test: the CUDA-awareness mode, a poisoning pool, path counters cleared."""
+    from mpicomm.front import device as front
+    from mpicomm.gpu import cuda_aware, staged
+
+    monkeypatch.setenv("MPICOMM_CUDA_AWARE", aware)
+    cuda_aware.reset_cuda_awareness()
+    staged.reset_pool()
+    staged._Pool.value = poisoning_pool()
+    front.PATHS.clear()
+
+
+def world() -> tuple[int, int]:
+    import mpicomm
+
+    return mpicomm.get_rank(), mpicomm.get_world_size()
+
+
+def inputs(n: int, count: int, dtype: Any = "float64") -> np.ndarray:
+    """Every rank's input, the same on every rank: row r is rank r's (small integers, exact sums)."""
+    rng = np.random.default_rng(SEED)
+    return rng.integers(-50, 50, size=(n, count)).astype(dtype)
