@@ -10,6 +10,7 @@ unpickle with plain ``pickle``).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,9 @@ def decode(data: Any) -> str:
     return bytes(data).decode("utf-8", errors="replace")
 
 
-def allgather_texts(comm: Any, kind: int, text: bytes, limit: int = MAX_TEXT) -> list[tuple[int, bytes]]:
+def allgather_texts(
+    comm: Any, kind: int, text: bytes, limit: int = MAX_TEXT, wait: Callable[[Any], None] | None = None
+) -> list[tuple[int, bytes]]:
     """Every rank's ``(kind, text)``, in rank order: one int64 ``Allgather``, then one ``Allgatherv``.
 
     Args:
@@ -46,6 +49,8 @@ def allgather_texts(comm: Any, kind: int, text: bytes, limit: int = MAX_TEXT) ->
         kind: This rank's code (0 for success).
         text: This rank's text; cut to ``limit`` bytes.
         limit: The longest text a rank may send.
+        wait: None: blocking calls. Else both are posted non-blocking and ``wait(request)``
+            completes each (or raises, keeping the request, and so its buffers, alive).
 
     Returns:
         ``(kind, text)`` of every rank.
@@ -55,12 +60,20 @@ def allgather_texts(comm: Any, kind: int, text: bytes, limit: int = MAX_TEXT) ->
     """
     text = text[:limit]
     meta = np.empty((comm.Get_size(), 2), I8)
-    comm.Allgather(np.array([kind, len(text)], I8), meta)
+    words = np.array([kind, len(text)], I8)
+    if wait is None:
+        comm.Allgather(words, meta)
+    else:
+        wait(comm.Iallgather(words, meta))
     sizes = meta[:, 1].tolist()
     _check_lengths(sizes, limit)
     out = np.empty(sum(sizes), U8)
     displs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
-    comm.Allgatherv([np.frombuffer(text, U8), _mpi.MPI.BYTE], [out, (sizes, displs), _mpi.MPI.BYTE])
+    send, recv = [np.frombuffer(text, U8), _mpi.MPI.BYTE], [out, (sizes, displs), _mpi.MPI.BYTE]
+    if wait is None:
+        comm.Allgatherv(send, recv)
+    else:
+        wait(comm.Iallgatherv(send, recv))
     raw = out.tobytes()
     return [(int(k), raw[d : d + s]) for k, d, s in zip(meta[:, 0].tolist(), displs, sizes, strict=True)]
 

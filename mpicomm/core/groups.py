@@ -7,7 +7,6 @@ from that is a new communicator too, so mpicomm's messages can never match the u
 from __future__ import annotations
 
 import datetime
-import os
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -16,7 +15,7 @@ import numpy as np
 
 from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError, GroupError
-from . import failure, validation
+from . import failure, validation, watchdog
 from .backend import backend_name
 
 __all__ = [
@@ -176,10 +175,9 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
     _State.destroyed = False
 
     validation.read_environment()
-    if abort_on_exception is None:
-        abort_on_exception = os.environ.get("MPICOMM_ABORT_ON_EXCEPTION", "1") != "0"
-    if abort_on_exception and world.size() > 1:
-        failure.install_abort_hook(world)
+    if failure.wanted(abort_on_exception) and world.size() > 1:
+        failure.install_abort_hook()
+    watchdog.start()
     return world
 
 

@@ -335,15 +335,15 @@ def barrier(
     if g.comm is None:
         warn_non_member(g, "barrier")
         return None
+    if seconds is None:
+        seconds = g.timeout  # init_process_group(timeout=) or new_group(timeout=)
+    if seconds is not None and not async_op:
+        timed_barrier(g, seconds, validation._Flag.on)  # bounded, validation exchange included
+        return None
     if validation._Flag.on:
         validation.check(g, "barrier", {})
     if async_op:
         return Work([g.comm.Ibarrier()])
-    if seconds is None:
-        seconds = g.timeout  # init_process_group(timeout=) or new_group(timeout=)
-    if seconds is not None:
-        timed_barrier(g, seconds)
-        return None
     g.comm.Barrier()
     return None
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
+from ..core import validation
 from ..core.groups import ProcessGroup, resolve, timeout_seconds, warn_non_member
 from ..errors import CommunicationError
 
@@ -139,15 +140,32 @@ def _report(g: ProcessGroup, limit: float, fn: str) -> None:
         )
 
 
-def timed_barrier(g: ProcessGroup, seconds: float) -> None:
-    """``barrier(timeout=...)``: an ``MPI_Ibarrier`` polled until it completes or time runs out.
+def timed_barrier(g: ProcessGroup, seconds: float, validated: bool = False) -> None:
+    """``barrier(timeout=...)``: the whole call, validation included, bounded by ``seconds``.
+
+    Each step (validation mode's exchange, then ``MPI_Ibarrier``) is posted non-blocking and polled
+    until it completes or the deadline passes.
 
     Raises:
         CommunicationError: it did not complete within ``seconds``.
+        CrossRankMismatchError: (``validated``) ranks are in different calls.
     """
-    if not wait_until([g.comm.Ibarrier()], time.monotonic() + seconds)[0]:
-        raise CommunicationError(
-            f"barrier: not every rank of group {g.name} entered within {seconds:g} s; expected all of them "
-            f"(Timed out after {seconds:g} s; monitored_barrier names the missing ranks; the barrier stays "
-            "posted, so do not use this group again, as torch's group is closed after a timeout)"
-        )
+    deadline = time.monotonic() + seconds
+
+    def wait(request: Any) -> None:
+        if not wait_until([request], deadline)[0]:
+            _ABANDONED.append(request)  # MPI may still write its buffers: keep them alive
+            raise CommunicationError(
+                f"barrier: not every rank of group {g.name} (world ranks {g.ranks}) entered within "
+                f"{seconds:g} s; expected all of them (Timed out after {seconds:g} s; monitored_barrier "
+                "names the missing ranks; the barrier stays posted, so do not use this group again, as "
+                "torch's group is closed after a timeout)"
+            )
+
+    if validated:
+        validation.check(g, "barrier", {}, wait=wait)
+    wait(g.comm.Ibarrier())
+
+
+#: Requests given up on by a timed barrier: MPI owns their buffers until they complete, if ever.
+_ABANDONED: list[Any] = []
