@@ -49,8 +49,10 @@ def allgather_texts(
         kind: This rank's code (0 for success).
         text: This rank's text; cut to ``limit`` bytes.
         limit: The longest text a rank may send.
-        wait: None: blocking calls. Else both are posted non-blocking and ``wait(request)``
-            completes each (or raises, keeping the request, and so its buffers, alive).
+        wait: Completes each request (or raises, keeping the request, so its buffers, alive);
+            None: ``Request.Wait``. Both steps are posted non-blocking whatever ``wait`` is, since
+            MPI never matches a blocking collective with a non-blocking one, and a bounded
+            exchange (``barrier(timeout=)``) must match the plain one on the other ranks.
 
     Returns:
         ``(kind, text)`` of every rank.
@@ -61,19 +63,14 @@ def allgather_texts(
     text = text[:limit]
     meta = np.empty((comm.Get_size(), 2), I8)
     words = np.array([kind, len(text)], I8)
-    if wait is None:
-        comm.Allgather(words, meta)
-    else:
-        wait(comm.Iallgather(words, meta))
+    complete: Callable[[Any], Any] = _mpi.MPI.Request.Wait if wait is None else wait
+    complete(comm.Iallgather(words, meta))
     sizes = meta[:, 1].tolist()
     _check_lengths(sizes, limit)
     out = np.empty(sum(sizes), U8)
     displs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
     send, recv = [np.frombuffer(text, U8), _mpi.MPI.BYTE], [out, (sizes, displs), _mpi.MPI.BYTE]
-    if wait is None:
-        comm.Allgatherv(send, recv)
-    else:
-        wait(comm.Iallgatherv(send, recv))
+    complete(comm.Iallgatherv(send, recv))
     raw = out.tobytes()
     return [(int(k), raw[d : d + s]) for k, d, s in zip(meta[:, 0].tolist(), displs, sizes, strict=True)]
 

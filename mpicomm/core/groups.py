@@ -177,7 +177,7 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
     validation.read_environment()
     if failure.wanted(abort_on_exception) and world.size() > 1:
         failure.install_abort_hook()
-    watchdog.start()
+    watchdog.start(_State, ProcessGroup)
     return world
 
 

@@ -56,6 +56,8 @@ _SHORTEST_SAMPLE = 0.02
 
 class _Dog:
     thread: threading.Thread | None = None
+    state: Any = None  # mpicomm.core.groups._State: the world and every group (given to start)
+    group_type: Any = None  # mpicomm.core.groups.ProcessGroup
     default: float | None = DEFAULT_TIMEOUT
     own: dict[Any, bool] = {}  # noqa: RUF012 - code object -> whether it is an mpicomm call
 
@@ -81,15 +83,19 @@ def default_timeout() -> float | None:
     except ValueError:
         seconds = -1.0
     if not seconds >= 0 or math.isinf(seconds):
-        raise ArgumentError(
-            f"init: MPICOMM_TIMEOUT is {text!r}; expected seconds >= 0 (0: no default bound)"
-        )
+        raise ArgumentError(f"init: MPICOMM_TIMEOUT is {text!r}; expected seconds >= 0 (0: no default bound)")
     return seconds or None
 
 
-def start() -> None:
-    """Start the watchdog thread once per process (:func:`mpicomm.init` calls it)."""
+def start(state: Any, group_type: type) -> None:
+    """Start the watchdog thread once per process (:func:`mpicomm.init` calls it).
+
+    Args:
+        state: Where the world group and the list of every group are (``groups._State``).
+        group_type: The class of process groups.
+    """
     _Dog.default = default_timeout()
+    _Dog.state, _Dog.group_type = state, group_type
     if _Dog.thread is not None and _Dog.thread.is_alive():
         return
     _Dog.thread = threading.Thread(target=_run, name="mpicomm-watchdog", daemon=True)
@@ -107,9 +113,7 @@ def _run() -> None:
 
 def _interval() -> float:
     """A tenth of the shortest bound of any group (at most a second, at least 20 ms)."""
-    from .groups import _State
-
-    bounds = [g.timeout for g in _State.groups if g.timeout is not None]
+    bounds = [g.timeout for g in _Dog.state.groups if g.timeout is not None]
     if _Dog.default is not None:
         bounds.append(_Dog.default)
     shortest = min(bounds, default=10 * _LONGEST_SAMPLE)
@@ -136,28 +140,21 @@ class _Call:
         return self.limit
 
     def _bound(self) -> float:
-        from .groups import ProcessGroup, _State, timeout_seconds
-
         local = self.frame.f_locals
         if self.frame.f_code.co_filename.endswith("calls.py") and "fn" in local:
             self.name = str(local["fn"])
             local = _bound_arguments(local)
         owner = local.get("self")
         group = local.get("group")
-        if isinstance(owner, ProcessGroup):
+        if isinstance(owner, _Dog.group_type):
             group = owner
             self.name = f"ProcessGroup.{self.name}"
         elif owner is not None:
             self.name = f"{type(owner).__name__}.{self.name}"  # Work.wait, Future.wait, ...
-        self.group = group if isinstance(group, ProcessGroup) else _State.world
+        self.group = group if isinstance(group, _Dog.group_type) else _Dog.state.world
         factor = _SELF_TIMED.get(self.name.rsplit(".", 1)[-1])
-        own = None
-        if factor is not None and local.get("timeout") is not None:
-            try:
-                own = timeout_seconds(local["timeout"], self.name)
-            except Exception:
-                own = None
-        if own is not None:
+        own = _seconds(local.get("timeout")) if factor is not None else None
+        if own is not None and factor is not None:
             self.source = f"its timeout= argument, {own:g} s"
             return factor * own + _grace(own)
         limit = self.group.timeout if self.group is not None else None
@@ -169,6 +166,16 @@ class _Call:
         else:
             return math.inf
         return limit + _grace(limit)
+
+
+def _seconds(timeout: Any) -> float | None:
+    """Seconds in a call's ``timeout`` argument (a ``timedelta`` or a number), or None."""
+    seconds = getattr(timeout, "total_seconds", None)
+    try:
+        value = float(seconds() if seconds is not None else timeout)
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
 
 
 def _grace(limit: float) -> float:

@@ -92,7 +92,7 @@ def all_to_all(
     posts: list[Any] = []
     requests = exchange(g, {p: outs[p] for p in peers}, {p: ins[p] for p in peers}, ALL_TO_ALL, posts)
     copy_own(outs[me], ins[me])
-    return finish(requests, async_op, (ins, outs), outs, posts)
+    return finish(requests, async_op, (ins, outs), outs, posts, "all_to_all")
 
 
 def all_to_all_single(
@@ -185,7 +185,7 @@ def all_to_all_single(
         send: list[Any] = [sbuf, in_rows[0] * sunit, sdt]
         recv: list[Any] = [rbuf, out_rows[0] * runit, rdt]
         if async_op:
-            return Work([g.comm.Ialltoall(send, recv)], keep=(send, recv), result=[out], finish=post)
+            return Work([g.comm.Ialltoall(send, recv)], keep=(send, recv), result=[out], finish=post, fn=fn)
         g.comm.Alltoall(send, recv)
     else:
         send = [sbuf, _counts(in_rows, sunit), sdt]
@@ -193,7 +193,7 @@ def all_to_all_single(
         if w is not None and fast.dt_out(output) is not None and fast.dt_in(input) is not None:
             _remember(output_split_sizes, input_split_sizes, output, input, send[1], recv[1])
         if async_op:
-            return Work([g.comm.Ialltoallv(send, recv)], keep=(send, recv), result=[out], finish=post)
+            return Work([g.comm.Ialltoallv(send, recv)], keep=(send, recv), result=[out], finish=post, fn=fn)
         g.comm.Alltoallv(send, recv)
     if post is not None:
         post()

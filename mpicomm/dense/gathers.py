@@ -104,7 +104,7 @@ def all_gather(
     posts: list[Any] = []
     requests = exchange(g, {p: outs[p] for p in peers}, dict.fromkeys(peers, tensor), ALL_GATHER, posts)
     copy_own(outs[me], tensor)
-    return finish(requests, async_op, (tensor, outs), outs, posts)
+    return finish(requests, async_op, (tensor, outs), outs, posts, fn)
 
 
 def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: int) -> None:
@@ -188,7 +188,7 @@ def all_gather_into_tensor(
         check_disjoint(out, inp, fn, "output_tensor", "input_tensor")
     recv, post = _chunks(out, g.size())
     if async_op:
-        return Work([g.comm.Iallgather(send, recv)], keep=(inp, out, recv), result=[out], finish=post)
+        return Work([g.comm.Iallgather(send, recv)], keep=(inp, out, recv), result=[out], finish=post, fn=fn)
     g.comm.Allgather(send, recv)
     if post is not None:
         post()
@@ -275,12 +275,12 @@ def gather(
         validation.check(g, fn, {"dtype": str(tensor.dtype), "dst": root}, sends, recvs)
     if outs is None:
         requests = exchange(g, {}, {root: tensor}, GATHER)
-        return finish(requests, async_op, tensor, [])
+        return finish(requests, async_op, tensor, [], fn=fn)
     peers = [p for p in range(g.size()) if p != root]
     posts: list[Any] = []
     requests = exchange(g, {p: outs[p] for p in peers}, {}, GATHER, posts)
     copy_own(outs[root], tensor)
-    return finish(requests, async_op, (tensor, outs), outs, posts)
+    return finish(requests, async_op, (tensor, outs), outs, posts, fn)
 
 
 def _root_list(
@@ -367,8 +367,8 @@ def scatter(
     if ins is None:
         posts: list[Any] = []
         requests = exchange(g, {root: out}, {}, SCATTER, posts)
-        return finish(requests, async_op, out, [out], posts)
+        return finish(requests, async_op, out, [out], posts, fn)
     peers = [p for p in range(g.size()) if p != root]
     requests = exchange(g, {}, {p: ins[p] for p in peers}, SCATTER)
     copy_own(out, ins[root])
-    return finish(requests, async_op, (out, ins), [out])
+    return finish(requests, async_op, (out, ins), [out], fn=fn)

@@ -111,7 +111,11 @@ def gather_small(comm: Any, outs: list[np.ndarray], x: np.ndarray, dt: Any, asyn
     if async_op:
         req = comm.Iallgather([send, dt], [tmp, dt])
         return Work(
-            [req], keep=(send, tmp), result=outs, finish=lambda: _copy_out(outs, tmp, [n] * len(outs))
+            [req],
+            keep=(send, tmp),
+            result=outs,
+            finish=lambda: _copy_out(outs, tmp, [n] * len(outs)),
+            fn="all_gather",
         )
     comm.Allgather([send, dt], [tmp, dt])
     _copy_out(outs, tmp, [n] * len(outs))
@@ -144,7 +148,7 @@ def reduce_scatter_small(
     buf, back = staged(out)
     if async_op:
         req = comm.Ireduce_scatter_block([packed, dt], [buf, dt], mop)
-        return Work([req], keep=(packed, buf), result=[out], finish=back)
+        return Work([req], keep=(packed, buf), result=[out], finish=back, fn="reduce_scatter")
     comm.Reduce_scatter_block([packed, dt], [buf, dt], mop)
     if back is not None:
         back()
