@@ -349,9 +349,10 @@ def barrier(
         return None
     if validation._Flag.on:
         validation.check(g, "barrier", {})
+    request = g.comm.Ibarrier()  # never MPI_Barrier: a blocking one would not match a timed one
     if async_op:
-        return Work([g.comm.Ibarrier()], fn="barrier")
-    g.comm.Barrier()
+        return Work([request], fn="barrier")
+    request.Wait()
     return None
 
 
