@@ -44,10 +44,10 @@ class DefaultGroupError(GroupError, ValueError):
 
 
 class DestroyedGroupError(DefaultGroupError, AssertionError):
-    """:func:`destroy_process_group` of the default group when there is none (a second call).
+    """:func:`~mpicomm.destroy_process_group` of the default group when there is none (a second call).
 
     torch asserts (``AssertionError: Process group cannot be None``); this is that type too, and a
-    :class:`DefaultGroupError` (so a ``ValueError`` and a :class:`GroupError`).
+    :class:`~mpicomm.DefaultGroupError` (so a ``ValueError`` and a :class:`~mpicomm.GroupError`).
     """
 
 
@@ -468,8 +468,8 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
 
     Raises:
         GroupError: ``group`` was already destroyed.
-        DestroyedGroupError: ``group`` is None and there is no default group (destroyed already,
-            or never made), as torch raises (an AssertionError).
+        mpicomm.core.groups.DestroyedGroupError: ``group`` is None and there is no default group
+            (destroyed already, or never made), as torch raises (an AssertionError).
 
     Example:
         >>> import mpicomm
