@@ -49,7 +49,7 @@ _CALL_MODULES = (
 )
 #: Calls that take their own ``timeout=`` and raise by themselves when it passes, with the factor
 #: of it they may wait (monitored_barrier's other ranks wait twice its timeout for rank 0).
-_SELF_TIMED = {"barrier": 2.0, "monitored_barrier": 2.0, "wait": 2.0, "allreduce": 1.0, "broadcast": 1.0}
+_SELF_TIMED = {"barrier": 2.0, "monitored_barrier": 2.0, "wait": 2.0}
 _LONGEST_SAMPLE = 1.0
 _SHORTEST_SAMPLE = 0.02
 

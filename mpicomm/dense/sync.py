@@ -15,14 +15,13 @@ import numpy as np
 from .. import _mpi
 from ..core import validation
 from ..core.groups import ProcessGroup, resolve, timeout_seconds, warn_non_member
+from ..core.watchdog import DEFAULT_TIMEOUT, default_timeout
 from ..errors import CommunicationError
 
 __all__ = ["monitored_barrier", "timed_barrier", "wait_until"]
 
 #: Tag of monitored_barrier's messages on a group's internal communicator.
 TAG = 20280
-#: torch's default process-group timeout.
-DEFAULT_TIMEOUT = 1800.0
 _POLL = 0.0005
 
 
@@ -60,7 +59,8 @@ def monitored_barrier(
 
     Args:
         group: The process group; ``None`` for the world.
-        timeout: A ``timedelta`` or seconds; ``None`` for torch's default, 30 minutes.
+        timeout: A ``timedelta`` or seconds; ``None`` for the group's timeout, as in torch (the
+            default, 30 minutes, for a group made without one; ``MPICOMM_TIMEOUT`` changes it).
         wait_all_ranks: Accepted for torch compatibility; every missing rank is always named.
 
     Raises:
@@ -79,7 +79,9 @@ def monitored_barrier(
         return
     if g.size() == 1:
         return
-    limit = DEFAULT_TIMEOUT if seconds is None else seconds
+    limit = seconds
+    if limit is None:  # the group's timeout, as torch's
+        limit = g.timeout if g.timeout is not None else default_timeout() or DEFAULT_TIMEOUT
     if g.rank() == 0:
         _collect(g, limit, fn, wait_all_ranks)
     else:

@@ -423,7 +423,7 @@ def monitored_barrier(self: ProcessGroup, timeout: Timeout = None, wait_all_rank
 
     Args:
         self: The process group.
-        timeout: A ``timedelta`` or seconds; None for torch's default, 30 minutes.
+        timeout: A ``timedelta`` or seconds; None for the group's timeout (30 minutes by default).
         wait_all_ranks: Accepted; every missing rank is always named.
 
     Raises:

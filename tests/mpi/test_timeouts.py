@@ -101,3 +101,17 @@ def test_a_plain_barrier_on_a_late_rank_completes_a_timed_one_on_the_others(worl
     else:
         mpicomm.barrier(group=g, timeout=30)
     mpicomm.barrier(group=g)  # the group is still usable: nothing timed out
+
+
+@pytest.mark.mpi(min_size=2)
+def test_monitored_barrier_without_a_timeout_takes_its_groups_and_names_the_missing_rank(world):
+    w, r = world.size(), world.rank()
+    g = mpicomm.new_group(timeout=0.4)
+    if r != w - 1:
+        start = time.monotonic()
+        with pytest.raises(
+            RuntimeError, match=rf"monitored_barrier: world ranks \[{w - 1}\] of group .*0\.4 s"
+        ):
+            mpicomm.monitored_barrier(group=g)
+        assert time.monotonic() - start < 5
+    mpicomm.barrier()
