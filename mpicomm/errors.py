@@ -13,7 +13,6 @@ import pickle
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
-    "BackendArgumentError",
     "CommunicationError",
     "CrossRankMismatchError",
     "DtypeMismatchError",
@@ -22,6 +21,7 @@ __all__ = [
     "MpicommError",
     "ReductionTypeError",
 ]
+# BackendArgumentError is raised as an ArgumentError and caught as one (or as torch's RuntimeError).
 # ObjectCollectiveError and UnpicklingRefusedError live here too (so that the safe unpickler needs no
 # import of the object collectives), but belong to mpicomm.objects' public names.
 

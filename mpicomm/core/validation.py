@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import (
     ArgumentError,
     ArgumentTypeError,
+    BackendArgumentError,
     CommunicationError,
     CrossRankMismatchError,
     GroupError,
@@ -54,6 +55,7 @@ KINDS: tuple[type[MpicommError] | None, ...] = (
     GroupError,
     CommunicationError,
     MpicommError,
+    BackendArgumentError,  # appended: the codes before it keep their meaning
 )
 
 

@@ -123,7 +123,7 @@ def _interval() -> float:
 class _Call:
     """One public call seen on a thread's stack: its frame, when first seen, and (later) its bound."""
 
-    __slots__ = ("frame", "group", "limit", "name", "since", "source")
+    __slots__ = ("frame", "group", "known", "limit", "name", "since", "source")
 
     def __init__(self, frame: FrameType, since: float) -> None:
         self.frame = frame
@@ -131,6 +131,7 @@ class _Call:
         self.limit: float | None = None
         self.name = frame.f_code.co_name
         self.group: Any = None
+        self.known = True  # whether the call names its group (a Work does not: the world's applies)
         self.source = ""
 
     def bound(self) -> float:
@@ -151,6 +152,7 @@ class _Call:
             self.name = f"ProcessGroup.{self.name}"
         elif owner is not None:
             self.name = f"{type(owner).__name__}.{self.name}"  # Work.wait, Future.wait, ...
+            self.known = isinstance(group, _Dog.group_type)
         self.group = group if isinstance(group, _Dog.group_type) else _Dog.state.world
         factor = _SELF_TIMED.get(self.name.rsplit(".", 1)[-1])
         own = _seconds(local.get("timeout")) if factor is not None else None
@@ -236,6 +238,8 @@ def message(call: _Call, waited: float) -> str:
     """What the watchdog writes before it ends the job."""
     g = call.group
     where = f"group {g.name} (world ranks {_short(g.ranks)})" if g is not None else "its group"
+    if not call.known:
+        where = f"its operation's group (not known here; the bound of {where} applies)"
     caller = call.frame.f_back
     site = f"; called at {caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else ""
     return (

@@ -350,6 +350,12 @@ def test_bad_all_to_all_single_splits_raise_runtime_error_as_torch_and_value_err
         with pytest.raises(RuntimeError, match=pattern) as info:  # gloo's TORCH_CHECK type
             dist.all_to_all_single(out, inp, out_splits, in_splits)
         assert isinstance(info.value, ValueError) and isinstance(info.value, mpicomm.ArgumentError)
+    dist.set_validation(True)  # a mistake on rank 0 only: every rank raises it, with its type
+    try:
+        with pytest.raises(RuntimeError, match=r"input_split_sizes sums to .*found on rank 0"):
+            dist.all_to_all_single(out, inp, [1] * w, [2] + [1] * (w - 1) if world.rank() == 0 else [1] * w)
+    finally:
+        dist.set_validation(False)
     with pytest.raises(RuntimeError, match="invalid root rank") as info:  # gloo's, on the default group
         dist.broadcast(np.ones(1), src=w + 3)
     assert isinstance(info.value, ValueError)

@@ -122,3 +122,44 @@ def test_a_wrong_world_size_on_one_rank_warns_and_the_job_runs(tmp_path):
     assert status == 0, out
     assert "init_process_group: world_size is 5, and the MPI launch gives 2" in out, out
     assert "rank 0 sum 2" in out and "rank 1 sum 2" in out, out
+
+
+def test_a_work_wait_that_never_completes_ends_the_job(tmp_path):
+    body = """
+        import numpy as np
+        import mpicomm as dist
+
+        dist.init_process_group(timeout=1)
+        got = np.zeros(1)
+        if dist.get_rank() == 0:
+            dist.irecv(got, src=1, tag=3).wait()  # rank 1 never sends
+        else:
+            import time
+            time.sleep(50)
+        print("went on", flush=True)
+    """
+    status, out, seconds = run_job(tmp_path, body, 2)
+    assert status != 0 and "went on" not in out, out
+    assert (
+        "mpicomm watchdog: Work.wait on its operation's group (not known here; the bound of group world"
+        in out
+    )
+    assert seconds < 30
+
+
+@pytest.mark.parametrize(("text", "expected"), [("", 1800.0), ("2.5", 2.5), ("0", None), (" 60 ", 60.0)])
+def test_mpicomm_timeout_is_read_as_seconds(monkeypatch, text, expected):
+    from mpicomm.core import watchdog
+
+    monkeypatch.setenv("MPICOMM_TIMEOUT", text)
+    assert watchdog.default_timeout() == expected
+
+
+@pytest.mark.parametrize("text", ["soon", "-1", "inf", "nan"])
+def test_a_bad_mpicomm_timeout_is_refused_by_name(monkeypatch, text):
+    import mpicomm
+    from mpicomm.core import watchdog
+
+    monkeypatch.setenv("MPICOMM_TIMEOUT", text)
+    with pytest.raises(mpicomm.ArgumentError, match=r"MPICOMM_TIMEOUT is .*expected seconds >= 0"):
+        watchdog.default_timeout()
