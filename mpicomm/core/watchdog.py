@@ -105,8 +105,12 @@ def start(state: Any, group_type: type) -> None:
 def _run() -> None:
     seen: dict[int, _Call] = {}
     while True:
-        time.sleep(_interval())
-        late = _sample(seen, time.monotonic())
+        try:
+            time.sleep(_interval())
+            late = _sample(seen, time.monotonic())
+        except Exception:  # never let a fault of the watchdog itself end the job (the abort hook)
+            seen.clear()
+            continue
         if late is not None:
             _fire(late)
 
