@@ -24,14 +24,20 @@ __all__ = ["install_abort_hook", "wanted"]
 
 class _Hook:
     installed = False
+    declined = False
     previous: Any = None
     previous_thread: Any = None
 
 
 def wanted(abort_on_exception: bool | None = None) -> bool:
-    """Whether to install the abort hook: ``abort_on_exception``, else ``MPICOMM_ABORT_ON_EXCEPTION`` (on)."""
+    """Whether to install the abort hook: ``abort_on_exception``, else ``MPICOMM_ABORT_ON_EXCEPTION`` (on).
+
+    An explicit False (``init(abort_on_exception=False)``) is remembered: a later
+    ``init_process_group`` does not install the hook either.
+    """
     if abort_on_exception is None:
-        return os.environ.get("MPICOMM_ABORT_ON_EXCEPTION", "1") != "0"
+        return not _Hook.declined and os.environ.get("MPICOMM_ABORT_ON_EXCEPTION", "1") != "0"
+    _Hook.declined = not abort_on_exception
     return abort_on_exception
 
 
