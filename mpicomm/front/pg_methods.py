@@ -51,6 +51,7 @@ def _op(op: Any, opts: Any, fn: str) -> ReduceOp:
         op = opts.reduceOp
     if isinstance(op, ReduceOp):
         return op
+    op = getattr(op, "op", op)  # torch's ReduceOp object (what opts.reduceOp gives) holds a RedOpType
     name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
     found = getattr(ReduceOp, str(name).upper(), None)
     if not isinstance(found, ReduceOp):
