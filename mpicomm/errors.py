@@ -21,6 +21,7 @@ __all__ = [
     "MpicommError",
     "ReductionTypeError",
 ]
+# BackendArgumentError is raised as an ArgumentError and caught as one (or as torch's RuntimeError).
 # ObjectCollectiveError and UnpicklingRefusedError live here too (so that the safe unpickler needs no
 # import of the object collectives), but belong to mpicomm.objects' public names.
 
@@ -35,6 +36,15 @@ class ArgumentError(MpicommError, ValueError):
 
 class ArgumentTypeError(MpicommError, TypeError):
     """An argument has the wrong type or dtype."""
+
+
+class BackendArgumentError(ArgumentError, RuntimeError):
+    """A wrong value that torch's backends refuse with a ``RuntimeError`` (split sizes, a root rank).
+
+    torch checks these in C++ (``TORCH_CHECK``), which raises ``RuntimeError``; mpicomm checks them
+    before any MPI call. Also an :class:`ArgumentError`, so a ``ValueError``: ``except`` clauses
+    written for either keep working.
+    """
 
 
 class ReductionTypeError(ArgumentTypeError, ValueError):

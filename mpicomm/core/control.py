@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -93,7 +94,12 @@ TEXT_TAG = 20297
 
 
 def allgather_texts(
-    comm: Any, kind: int, text: bytes, limit: int = MAX_TEXT, side: Any = None
+    comm: Any,
+    kind: int,
+    text: bytes,
+    limit: int = MAX_TEXT,
+    side: Any = None,
+    wait: Callable[[Any], None] | None = None,
 ) -> list[tuple[int, bytes]]:
     """Every rank's ``(kind, text)``, in rank order: one fixed-size ``Allgather``, then the long ones.
 
@@ -109,6 +115,10 @@ def allgather_texts(
         limit: The longest text a rank may send.
         side: The communicator of the point-to-point rests (a library-only duplicate of ``comm``,
             so that no user receive can match them); ``comm`` itself by default.
+        wait: Completes the fixed-size exchange's request (or raises, keeping the request, so its
+            buffers, alive); None: ``Request.Wait``. That exchange is posted non-blocking whatever
+            ``wait`` is, since MPI never matches a blocking collective with a non-blocking one, and
+            a bounded exchange (``barrier(timeout=)``) must match the plain one on the other ranks.
 
     Returns:
         ``(kind, text)`` of every rank.
@@ -121,7 +131,8 @@ def allgather_texts(
     size, me, inline = comm.Get_size(), comm.Get_rank(), SLOT - 16
     side = comm if side is None else side
     table = np.empty((size, SLOT), U8)
-    comm.Allgather([_slot(kind, text), _mpi.MPI.BYTE], [table, _mpi.MPI.BYTE])
+    complete: Callable[[Any], Any] = _mpi.MPI.Request.Wait if wait is None else wait
+    complete(comm.Iallgather([_slot(kind, text), _mpi.MPI.BYTE], [table, _mpi.MPI.BYTE]))
     words = table[:, :16].copy().view(I8)
     kinds, sizes = words[:, 0].tolist(), words[:, 1].tolist()
     _check_lengths(sizes, limit)

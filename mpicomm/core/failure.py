@@ -15,24 +15,37 @@ import threading
 import time
 import traceback
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import _mpi
 
-if TYPE_CHECKING:
-    from .groups import ProcessGroup
-
-__all__ = ["install_abort_hook"]
+__all__ = ["install_abort_hook", "wanted"]
 
 
 class _Hook:
     installed = False
+    declined = False
     previous: Any = None
     previous_thread: Any = None
 
 
-def install_abort_hook(world: ProcessGroup) -> None:
-    """Wrap the exception hooks so that an uncaught exception on this rank aborts the MPI job."""
+def wanted(abort_on_exception: bool | None = None) -> bool:
+    """Whether to install the abort hook: ``abort_on_exception``, else ``MPICOMM_ABORT_ON_EXCEPTION`` (on).
+
+    An explicit False (``init(abort_on_exception=False)``) is remembered: a later
+    ``init_process_group`` does not install the hook either.
+    """
+    if abort_on_exception is None:
+        return not _Hook.declined and os.environ.get("MPICOMM_ABORT_ON_EXCEPTION", "1") != "0"
+    _Hook.declined = not abort_on_exception
+    return abort_on_exception
+
+
+def install_abort_hook() -> None:
+    """Wrap the exception hooks so that an uncaught exception on this rank aborts the MPI job.
+
+    MPI must be initialised (the hook needs this rank's number).
+    """
     if _Hook.installed:
         return
     _Hook.installed = True

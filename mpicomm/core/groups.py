@@ -7,7 +7,6 @@ from that is a new communicator too, so mpicomm's messages can never match the u
 from __future__ import annotations
 
 import datetime
-import os
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -15,12 +14,13 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..errors import ArgumentError, ArgumentTypeError, GroupError
-from . import failure, validation
+from ..errors import ArgumentError, ArgumentTypeError, BackendArgumentError, GroupError
+from . import failure, validation, watchdog
 from .backend import backend_name
 
 __all__ = [
     "DefaultGroupError",
+    "DestroyedGroupError",
     "ProcessGroup",
     "destroy_process_group",
     "get_global_rank",
@@ -40,6 +40,14 @@ class DefaultGroupError(GroupError, ValueError):
     Raised when a call needs the default group after :func:`destroy_process_group` and before a new
     :func:`init_process_group`, or by a second :func:`init_process_group`. It is a ``ValueError``, as
     torch.distributed's error is, and a :class:`GroupError`.
+    """
+
+
+class DestroyedGroupError(DefaultGroupError, AssertionError):
+    """:func:`~mpicomm.destroy_process_group` of the default group when there is none (a second call).
+
+    torch asserts (``AssertionError: Process group cannot be None``); this is that type too, and a
+    :class:`~mpicomm.DefaultGroupError` (so a ``ValueError`` and a :class:`~mpicomm.GroupError`).
     """
 
 
@@ -176,10 +184,9 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
     _State.destroyed = False
 
     validation.read_environment()
-    if abort_on_exception is None:
-        abort_on_exception = os.environ.get("MPICOMM_ABORT_ON_EXCEPTION", "1") != "0"
-    if abort_on_exception and world.size() > 1:
-        failure.install_abort_hook(world)
+    if failure.wanted(abort_on_exception) and world.size() > 1:
+        failure.install_abort_hook()
+    watchdog.start(_State, ProcessGroup)
     return world
 
 
@@ -461,12 +468,20 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
 
     Raises:
         GroupError: ``group`` was already destroyed.
+        mpicomm.core.groups.DestroyedGroupError: ``group`` is None and there is no default group
+            (destroyed already, or never made), as torch raises (an AssertionError).
 
     Example:
         >>> import mpicomm
         >>> g = mpicomm.new_group()
         >>> mpicomm.destroy_process_group(g)
     """
+    if group is None and _State.world is None:
+        raise DestroyedGroupError(
+            "destroy_process_group: there is no default process group to destroy ("
+            + ("it was destroyed already" if _State.destroyed else "it was never initialised")
+            + "); expected one call per init_process_group() (torch says: Process group cannot be None)"
+        )
     g = None if group is None else resolve(group, "destroy_process_group")
     if g is not None and g is not _State.world:
         _free(g)
@@ -521,7 +536,8 @@ def root_rank(group: ProcessGroup, global_rank: int | None, group_rank: int | No
     ):
         raise ArgumentTypeError(f"{fn}: {arg_shown} is {group_rank!r}; expected an int rank")
     if not 0 <= group_rank < group._size:
-        raise ArgumentError(
-            f"{fn}: {arg_shown} is {group_rank}; expected 0 <= {arg_shown} < {group._size} (the group size)"
+        raise BackendArgumentError(  # a ValueError as torch's Python checks, a RuntimeError as gloo's
+            f"{fn}: {arg_shown} is {group_rank}; expected 0 <= {arg_shown} < {group._size} (the group size) "
+            f"(torch says: invalid root rank: {group_rank})"
         )
     return int(group_rank)

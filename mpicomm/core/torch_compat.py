@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError, GroupError
+from . import failure
 from .backend import Backend
 from .groups import (
     DefaultGroupError,
@@ -107,6 +108,11 @@ def init_process_group(
         'mpi'
     """
     fn = "init_process_group"
+    # MPI first, then the abort hook, then the checks: a mistake on one rank (a bad argument, a
+    # second call) ends the whole job under plain ``python`` instead of leaving the others waiting.
+    size, me = _mpi_world()
+    if failure.wanted() and size > 1:
+        failure.install_abort_hook()
     if _State.world is not None and _State.world is _Explicit.world:
         raise DefaultGroupError(
             f"{fn}: trying to initialize the default process group twice; expected one call"
@@ -118,7 +124,6 @@ def init_process_group(
             raise ArgumentTypeError(f"{fn}: {name} is {value!r}; expected a str or None")
     if store is not None:
         raise ArgumentError(f"{fn}: store is {store!r}; expected None (MPI's launcher does the rendezvous)")
-    size, me = _mpi_world()
     _check_given(fn, "world_size", world_size, size, "the number of MPI processes")
     _check_given(fn, "rank", rank, me, "this process's MPI rank")
     _Explicit.world = world = init()

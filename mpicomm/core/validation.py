@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import (
     ArgumentError,
     ArgumentTypeError,
+    BackendArgumentError,
     CommunicationError,
     CrossRankMismatchError,
     GroupError,
@@ -71,6 +72,7 @@ KINDS: tuple[type[MpicommError] | None, ...] = (
     GroupError,
     CommunicationError,
     MpicommError,
+    BackendArgumentError,  # appended: the codes before it keep their meaning
 )
 
 
@@ -119,6 +121,7 @@ def check(
     sends: Sequence[int] | None = None,
     recvs: Sequence[int] | None = None,
     unit: str = "elements",
+    wait: Callable[[Any], None] | None = None,
 ) -> None:
     """Gather a record of this call from every rank and raise on every rank if they disagree.
 
@@ -131,6 +134,8 @@ def check(
         sends: Elements this rank sends to each group rank, if the call moves uneven data.
         recvs: Elements this rank expects from each group rank.
         unit: What ``sends`` and ``recvs`` count, for the message.
+        wait: Completes (or gives up on) a request: given, the exchange is posted non-blocking
+            and bounded by it (``barrier(timeout=)``); see :func:`~mpicomm.core.control.allgather_texts`.
 
     Raises:
         CrossRankMismatchError: the ranks disagree; the message is the same on every rank.
@@ -140,7 +145,7 @@ def check(
     if _Flag.dtype is not None and "dtype" in agree:
         agree = {**agree, "dtype": _Flag.dtype}
     record = json.dumps([fn, agree, *rows], default=_plain).encode()
-    records = _records(group, fn, _exchange(group, fn, 0, record))
+    records = _records(group, fn, _exchange(group, fn, 0, record, wait=wait))
     names = {r[0] for r in records}
     if len(names) > 1:
         # each rank is in a different function, so no function name can start a shared message
@@ -188,12 +193,17 @@ def _kind(exc: Exception) -> int:
 
 
 def _exchange(
-    group: ProcessGroup, fn: str, kind: int, text: bytes, cause: Exception | None = None
+    group: ProcessGroup,
+    fn: str,
+    kind: int,
+    text: bytes,
+    cause: Exception | None = None,
+    wait: Callable[[Any], None] | None = None,
 ) -> list[bytes]:
     """Every rank's (kind, record); raise the lowest failing rank's error on every rank if any failed."""
     _Flag.exchanges += 1
     limit = MAX_TEXT + 48 * group.size()
-    reports = allgather_texts(group.comm, kind, text, limit, group.internal)
+    reports = allgather_texts(group.comm, kind, text, limit, group.internal, wait)
     failed = [(k, t) for k, t in reports if k]
     if failed:
         k, t = failed[0]

@@ -35,6 +35,7 @@ class Work:
         "_done",
         "_error",
         "_finish",
+        "_fn",
         "_keep",
         "_ranks",
         "_requests",
@@ -51,7 +52,9 @@ class Work:
         finish: Callable[[], None] | None = None,
         status: Any = None,
         source_ranks: list[int] | None = None,
+        fn: str = "",
     ) -> None:
+        self._fn = fn
         self._requests = requests
         self._keep = keep
         self._result = result if result is not None else []
@@ -72,7 +75,7 @@ class Work:
 
         Raises:
             CommunicationError: MPI reported an error for this operation, or ``timeout`` passed
-                (a RuntimeError, as torch's).
+                (a RuntimeError, as torch's); the message names the call (``all_reduce: ...``).
         """
         if timeout is not None and not self._done:
             self._wait_until(timeout)
@@ -95,8 +98,9 @@ class Work:
         while not self.is_completed():
             if time.monotonic() > deadline:
                 raise CommunicationError(
-                    f"Work.wait: the operation did not complete within {seconds:g} s; expected every rank "
-                    "of its group to take part (Timed out; it stays posted, so its arrays stay in use)"
+                    f"{self._name()}: Work.wait: the operation did not complete within {seconds:g} s; "
+                    "expected every rank of its group to take part (Timed out; it stays posted, so its "
+                    "arrays stay in use and a later wait() can still complete it)"
                 )
             time.sleep(0.0005)
 
@@ -148,8 +152,12 @@ class Work:
     #: torch's private spelling, which its own tests call.
     _source_rank = source_rank
 
+    def _name(self) -> str:
+        return self._fn or "Work.wait"
+
     def _fail(self, exc: BaseException) -> None:
-        self._error = CommunicationError(f"MPI reported an error: {exc}")
+        self._error = CommunicationError(f"{self._name()}: MPI reported an error: {_mpi_text(exc)}")
+        self._error.__cause__ = exc
         self._done = True
 
     def _complete(self) -> None:
@@ -169,6 +177,15 @@ class Work:
     def __repr__(self) -> str:
         state = "completed" if self._done else "pending"
         return f"<mpicomm.Work {state}>"
+
+
+def _mpi_text(exc: BaseException) -> str:
+    """The MPI library's own text for an MPI error (``Message truncated, ...``)."""
+    text = getattr(exc, "Get_error_string", None)
+    try:
+        return str(text()) if text is not None else str(exc)
+    except Exception:
+        return str(exc)
 
 
 def completed(result: list[Any] | None = None) -> Work:

@@ -25,7 +25,7 @@ from ..core.buffers import (
 )
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError, BackendArgumentError
 from .exchange import ALL_TO_ALL, copy_own, exchange, finish
 
 __all__ = ["all_to_all", "all_to_all_single"]
@@ -92,7 +92,7 @@ def all_to_all(
     posts: list[Any] = []
     requests = exchange(g, {p: outs[p] for p in peers}, {p: ins[p] for p in peers}, ALL_TO_ALL, posts)
     copy_own(outs[me], ins[me])
-    return finish(requests, async_op, (ins, outs), outs, posts)
+    return finish(requests, async_op, (ins, outs), outs, posts, "all_to_all")
 
 
 def all_to_all_single(
@@ -185,7 +185,7 @@ def all_to_all_single(
         send: list[Any] = [sbuf, in_rows[0] * sunit, sdt]
         recv: list[Any] = [rbuf, out_rows[0] * runit, rdt]
         if async_op:
-            return Work([g.comm.Ialltoall(send, recv)], keep=(send, recv), result=[out], finish=post)
+            return Work([g.comm.Ialltoall(send, recv)], keep=(send, recv), result=[out], finish=post, fn=fn)
         g.comm.Alltoall(send, recv)
     else:
         send = [sbuf, _counts(in_rows, sunit), sdt]
@@ -193,7 +193,7 @@ def all_to_all_single(
         if w is not None and fast.dt_out(output) is not None and fast.dt_in(input) is not None:
             _remember(output_split_sizes, input_split_sizes, output, input, send[1], recv[1])
         if async_op:
-            return Work([g.comm.Ialltoallv(send, recv)], keep=(send, recv), result=[out], finish=post)
+            return Work([g.comm.Ialltoallv(send, recv)], keep=(send, recv), result=[out], finish=post, fn=fn)
         g.comm.Alltoallv(send, recv)
     if post is not None:
         post()
@@ -260,17 +260,21 @@ def _splits(sizes: Sequence[int] | None, x: np.ndarray, size: int, fn: str, whic
         )
     if sizes is None or len(sizes) == 0:
         if rows % size:
-            raise ArgumentError(
+            raise BackendArgumentError(
                 f"{fn}: {which} has {rows} rows along dim 0, which do not divide equally across "
                 f"the group size {size}; expected a multiple of {size} or explicit {arg}"
             )
         return [rows // size] * size
     splits = as_int_list(sizes, fn, arg)
     if len(splits) != size:
-        raise ArgumentError(f"{fn}: {arg} has {len(splits)} entries; expected {size} (the group size)")
+        raise BackendArgumentError(
+            f"{fn}: {arg} has {len(splits)} entries; expected {size} (the group size) "
+            "(torch says: Number of tensor splits not equal to group size)"
+        )
     if sum(splits) != rows:
-        raise ArgumentError(
-            f"{fn}: {arg} sums to {sum(splits)}; expected {rows}, the rows of {which} along dim 0"
+        raise BackendArgumentError(
+            f"{fn}: {arg} sums to {sum(splits)}; expected {rows}, the rows of {which} along dim 0 "
+            "(torch says: Split sizes doesn't match total dim 0 size)"
         )
     return splits
 

@@ -69,8 +69,8 @@ def _unpack(flat: np.ndarray, arrays: Sequence[np.ndarray]) -> None:
         offset += n
 
 
-def _then(inner: Work | None, keep: Any, result: list[Any], finish: Callable[[], None]) -> Work:
-    """A Work that completes ``inner`` (None: nothing was sent), then runs ``finish``."""
+def _then(inner: Work | None, keep: Any, result: list[Any], finish: Callable[[], None], fn: str) -> Work:
+    """A Work of the call ``fn`` that completes ``inner`` (None: nothing was sent), then runs ``finish``."""
     if inner is None:
         finish()
         return completed(result)
@@ -81,7 +81,7 @@ def _then(inner: Work | None, keep: Any, result: list[Any], finish: Callable[[],
             raise inner.exception()  # type: ignore[misc]
         finish()
 
-    return Work(inner._requests, keep=(inner, keep), result=result, finish=done)
+    return Work(inner._requests, keep=(inner, keep), result=result, finish=done, fn=fn)
 
 
 def all_reduce_coalesced(
@@ -129,7 +129,7 @@ def all_reduce_coalesced(
     packed = _pack(arrays, _real(arrays[0].dtype) if arrays else np.dtype(np.float32))
     inner = reductions.all_reduce(packed, op, g, async_op) if packed.size else None
     if async_op:
-        return _then(inner, packed, list(arrays), lambda: _unpack(packed, arrays))
+        return _then(inner, packed, list(arrays), lambda: _unpack(packed, arrays), fn)
     _unpack(packed, arrays)
     return None
 
@@ -200,7 +200,7 @@ def all_gather_coalesced(
         else:
             g.comm.Allgather(send, recv)
     if async_op:
-        return _then(inner, (packed, gathered), list(outputs), unpack)
+        return _then(inner, (packed, gathered), list(outputs), unpack, fn)
     unpack()
     return None
 

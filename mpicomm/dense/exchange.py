@@ -74,11 +74,12 @@ def finish(
     keep: Any,
     result: list[np.ndarray],
     posts: list[Callable[[], None]] | None = None,
+    fn: str = "",
 ) -> Work | None:
-    """Return a Work over ``requests``, or wait for them, run ``posts`` and return None."""
+    """Return a Work over ``requests`` (``fn`` names the call), or wait, run ``posts`` and return None."""
     after = None if not posts else _run_all(posts)
     if async_op:
-        return Work(requests, keep=keep, result=result, finish=after)
+        return Work(requests, keep=keep, result=result, finish=after, fn=fn)
     _mpi.MPI.Request.Waitall(requests)
     if after is not None:
         after()

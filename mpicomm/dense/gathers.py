@@ -103,7 +103,7 @@ def all_gather(
     posts: list[Any] = []
     requests = exchange(g, {p: outs[p] for p in peers}, dict.fromkeys(peers, tensor), ALL_GATHER, posts)
     copy_own(outs[me], tensor)
-    return finish(requests, async_op, (tensor, outs), outs, posts)
+    return finish(requests, async_op, (tensor, outs), outs, posts, fn)
 
 
 def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: int) -> None:
@@ -183,11 +183,16 @@ def all_gather_into_tensor(
     send: Any = message(inp)
     if _is_own_slot(inp, out, g.rank()):
         send = _mpi.MPI.IN_PLACE  # torch's idiom: the input is this rank's slot of the output
+        recv, post = _chunks(out, g.size())
+    elif not out.flags.c_contiguous and _is_own_strided_slot(inp, out, g.rank()):
+        send = _mpi.MPI.IN_PLACE  # the same idiom on a strided output: gathered in a copy of it
+        buf, post = staged(out)
+        recv = [buf, inp.size, datatype(buf.dtype)]
     else:
         check_disjoint(out, inp, fn, "output_tensor", "input_tensor")
-    recv, post = _chunks(out, g.size())
+        recv, post = _chunks(out, g.size())
     if async_op:
-        return Work([g.comm.Iallgather(send, recv)], keep=(inp, out, recv), result=[out], finish=post)
+        return Work([g.comm.Iallgather(send, recv)], keep=(inp, out, recv), result=[out], finish=post, fn=fn)
     g.comm.Allgather(send, recv)
     if post is not None:
         post()
@@ -220,6 +225,30 @@ def _is_own_slot(inp: np.ndarray, out: np.ndarray, rank: int) -> bool:
         and inp.flags.c_contiguous
         and address(inp) == address(out) + rank * inp.nbytes
     )
+
+
+def _is_own_strided_slot(inp: np.ndarray, out: np.ndarray, rank: int) -> bool:
+    """Whether ``inp``'s elements are, in order, the elements ``rank * n`` to ``(rank + 1) * n`` of ``out``.
+
+    That is ``out.reshape(W, -1)[rank]`` when ``out`` is strided; told from the elements' addresses
+    (vectorised, ``n`` of them), and asked only when the two arrays may share memory.
+    """
+    n = inp.size
+    if n == 0 or not np.may_share_memory(inp, out):
+        return False
+    return bool(np.array_equal(_addresses(inp, 0, n), _addresses(out, rank * n, n)))
+
+
+def _addresses(x: np.ndarray, start: int, count: int) -> np.ndarray:
+    """The addresses of ``x``'s elements ``start`` to ``start + count`` in C order."""
+    base = int(x.__array_interface__["data"][0])
+    if x.ndim == 0:
+        return np.full(count, base, np.int64)
+    index = np.unravel_index(np.arange(start, start + count), x.shape)
+    offsets = np.zeros(count, np.int64)
+    for i, stride in zip(index, x.strides, strict=True):
+        offsets += i * stride
+    return base + offsets
 
 
 def gather(

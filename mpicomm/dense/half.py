@@ -47,7 +47,9 @@ def narrow(work: Work | None, pairs: list[tuple[np.ndarray, np.ndarray]], async_
         inner.wait()  # its requests are done by now; this runs its own finish (AVG's division)
         _round_into(pairs)
 
-    return Work(inner._requests, keep=(inner, pairs), result=[d for d, _ in pairs], finish=finish)
+    return Work(
+        inner._requests, keep=(inner, pairs), result=[d for d, _ in pairs], finish=finish, fn=inner._fn
+    )
 
 
 def _round_into(pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:

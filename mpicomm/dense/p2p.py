@@ -186,7 +186,7 @@ def isend(
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
     msg = message(x)
     req = g.comm.Isend(msg, peer, _tag(g, tag, fn))
-    return Work([req], keep=(x, msg))
+    return Work([req], keep=(x, msg), fn="isend")
 
 
 def irecv(
@@ -225,7 +225,15 @@ def irecv(
     peer = _peer(g, src, group_src, fn, "src", any_ok=True)
     msg, post = recv_message(x)
     req = g.comm.Irecv(msg, peer, _tag(g, tag, fn))
-    return Work([req], keep=(x, msg), result=[x], finish=post, status=_mpi.MPI.Status(), source_ranks=g.ranks)
+    return Work(
+        [req],
+        keep=(x, msg),
+        result=[x],
+        finish=post,
+        status=_mpi.MPI.Status(),
+        source_ranks=g.ranks,
+        fn="irecv",
+    )
 
 
 def sendrecv(

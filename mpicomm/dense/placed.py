@@ -193,6 +193,7 @@ def _own(x: np.ndarray, slot: np.ndarray | None) -> Any:
 
 
 def _run(
+    fn: str,
     call: Callable[..., Any],
     icall: Callable[..., Any],
     args: tuple[Any, ...],
@@ -201,9 +202,9 @@ def _run(
     result: list[np.ndarray],
     after: Callable[[], None] | None,
 ) -> Work | None:
-    """The blocking ``call`` (then ``after``), or a Work over the non-blocking ``icall``."""
+    """The blocking ``call`` (then ``after``), or a Work over the non-blocking ``icall`` (named ``fn``)."""
     if async_op:
-        return Work([icall(*args)], keep=keep, result=result, finish=after)
+        return Work([icall(*args)], keep=keep, result=result, finish=after, fn=fn)
     call(*args)
     if after is not None:
         after()
@@ -243,9 +244,11 @@ def gather(comm: Any, x: np.ndarray, outs: list[np.ndarray] | None, root: int, a
         A Work if ``async_op``, else None once the entries are filled.
     """
     if outs is None:
-        return _run(comm.Gatherv, comm.Igatherv, (message(x), None, root), async_op, x, [], None)
+        return _run("gather", comm.Gatherv, comm.Igatherv, (message(x), None, root), async_op, x, [], None)
     send, recv, after, buf = _into(outs, x, outs[root])
-    return _run(comm.Gatherv, comm.Igatherv, (send, recv, root), async_op, (x, outs, buf), outs, after)
+    return _run(
+        "gather", comm.Gatherv, comm.Igatherv, (send, recv, root), async_op, (x, outs, buf), outs, after
+    )
 
 
 def scatter(
@@ -261,7 +264,7 @@ def scatter(
     recv: Any
     recv, after = recv_message(out)
     if ins is None:
-        return _run(comm.Scatterv, comm.Iscatterv, (None, recv, root), async_op, out, [out], after)
+        return _run("scatter", comm.Scatterv, comm.Iscatterv, (None, recv, root), async_op, out, [out], after)
     counts = [i.size for i in ins]
     placed = spread(ins)
     if placed is None:
@@ -278,7 +281,14 @@ def scatter(
             recv, after = [tmp, datatype(out.dtype)], _copy_into(out, tmp)
     send = [placed[0], (counts, placed[1]), datatype(ins[0].dtype)]
     return _run(
-        comm.Scatterv, comm.Iscatterv, (send, recv, root), async_op, (out, ins, placed[0]), [out], after
+        "scatter",
+        comm.Scatterv,
+        comm.Iscatterv,
+        (send, recv, root),
+        async_op,
+        (out, ins, placed[0]),
+        [out],
+        after,
     )
 
 
@@ -299,4 +309,6 @@ def all_gather(comm: Any, outs: list[np.ndarray], x: np.ndarray, me: int, async_
         A Work if ``async_op``, else None once the entries are filled.
     """
     send, recv, after, buf = _into(outs, x, outs[me] if me >= 0 else None)
-    return _run(comm.Allgatherv, comm.Iallgatherv, (send, recv), async_op, (x, outs, buf), outs, after)
+    return _run(
+        "all_gather", comm.Allgatherv, comm.Iallgatherv, (send, recv), async_op, (x, outs, buf), outs, after
+    )

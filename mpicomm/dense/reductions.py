@@ -123,7 +123,12 @@ def all_reduce(
         return _all_reduce_checked(tensor, op, g, async_op)
     try:
         if async_op:
-            return Work([comm.Iallreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)], keep=tensor, result=[tensor])
+            return Work(
+                [comm.Iallreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)],
+                keep=tensor,
+                result=[tensor],
+                fn="all_reduce",
+            )
         comm.Allreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)
     except BufferError:  # a read-only array: the message that names the argument
         check_output(tensor, "all_reduce", "tensor")
@@ -149,7 +154,7 @@ def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async
     post = _then(_post_average(op, buf, g.size()), back)
     if async_op:
         req = g.comm.Iallreduce(_mpi.MPI.IN_PLACE, msg, mop)
-        return Work([req], keep=(tensor, buf), result=[tensor], finish=post)
+        return Work([req], keep=(tensor, buf), result=[tensor], finish=post, fn="all_reduce")
     g.comm.Allreduce(_mpi.MPI.IN_PLACE, msg, mop)
     if post is not None:
         post()
@@ -237,7 +242,7 @@ def reduce(
         sendbuf, recvbuf = [send_view(premultiply(op, tensor)), dt], None
     if async_op:
         req = g.comm.Ireduce(sendbuf, recvbuf, mop, root)
-        return Work([req], keep=(sendbuf, recvbuf, tensor), result=[tensor], finish=post)
+        return Work([req], keep=(sendbuf, recvbuf, tensor), result=[tensor], finish=post, fn="reduce")
     g.comm.Reduce(sendbuf, recvbuf, mop, root)
     if post is not None:
         post()
@@ -296,7 +301,9 @@ def broadcast(
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(tensor.dtype), "count": tensor.size, "src": root})
     if async_op:
-        return Work([g.comm.Ibcast(msg, root)], keep=(tensor, msg), result=[tensor], finish=post)
+        return Work(
+            [g.comm.Ibcast(msg, root)], keep=(tensor, msg), result=[tensor], finish=post, fn="broadcast"
+        )
     g.comm.Bcast(msg, root)
     if post is not None:
         post()
@@ -335,16 +342,17 @@ def barrier(
     if g.comm is None:
         warn_non_member(g, "barrier")
         return None
-    if validation._Flag.on:
-        validation.check(g, "barrier", {})
-    if async_op:
-        return Work([g.comm.Ibarrier()])
     if seconds is None:
         seconds = g.timeout  # init_process_group(timeout=) or new_group(timeout=)
-    if seconds is not None:
-        timed_barrier(g, seconds)
+    if seconds is not None and not async_op:
+        timed_barrier(g, seconds, validation._Flag.on)  # bounded, validation exchange included
         return None
-    g.comm.Barrier()
+    if validation._Flag.on:
+        validation.check(g, "barrier", {})
+    request = g.comm.Ibarrier()  # never MPI_Barrier: a blocking one would not match a timed one
+    if async_op:
+        return Work([request], fn="barrier")
+    request.Wait()
     return None
 
 
@@ -451,7 +459,7 @@ def _reduce_scatter_pairwise(
             back()
 
     if async_op:
-        work = Work(requests, keep=(sends, received, ins), result=[out], finish=combine)
+        work = Work(requests, keep=(sends, received, ins), result=[out], finish=combine, fn="reduce_scatter")
         return work
     _mpi.MPI.Request.Waitall(requests)
     combine()
@@ -542,7 +550,7 @@ def reduce_scatter_tensor(
     post = _then(_post_average(op, buf, g.size()), back)
     if async_op:
         req = g.comm.Ireduce_scatter_block(send, recv, mop)
-        return Work([req], keep=(inp, out, buf), result=[out], finish=post)
+        return Work([req], keep=(inp, out, buf), result=[out], finish=post, fn="reduce_scatter_tensor")
     g.comm.Reduce_scatter_block(send, recv, mop)
     if post is not None:
         post()

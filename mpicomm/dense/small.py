@@ -87,7 +87,7 @@ def reduce_scatter_small(
     buf, back = staged(out)
     if async_op:
         req = comm.Ireduce_scatter_block([packed, dt], [buf, dt], mop)
-        return Work([req], keep=(packed, buf), result=[out], finish=back)
+        return Work([req], keep=(packed, buf), result=[out], finish=back, fn="reduce_scatter")
     comm.Reduce_scatter_block([packed, dt], [buf, dt], mop)
     if back is not None:
         back()

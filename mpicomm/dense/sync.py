@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
+from ..core import validation
 from ..core.groups import ProcessGroup, resolve, timeout_seconds, warn_non_member
+from ..core.watchdog import DEFAULT_TIMEOUT, default_timeout
 from ..errors import CommunicationError
 
 __all__ = ["monitored_barrier", "timed_barrier", "wait_until"]
 
 #: Tag of monitored_barrier's messages on a group's internal communicator.
 TAG = 20280
-#: torch's default process-group timeout.
-DEFAULT_TIMEOUT = 1800.0
 _POLL = 0.0005
 
 
@@ -59,7 +59,8 @@ def monitored_barrier(
 
     Args:
         group: The process group; ``None`` for the world.
-        timeout: A ``timedelta`` or seconds; ``None`` for torch's default, 30 minutes.
+        timeout: A ``timedelta`` or seconds; ``None`` for the group's timeout, as in torch (the
+            default, 30 minutes, for a group made without one; ``MPICOMM_TIMEOUT`` changes it).
         wait_all_ranks: Accepted for torch compatibility; every missing rank is always named.
 
     Raises:
@@ -78,7 +79,9 @@ def monitored_barrier(
         return
     if g.size() == 1:
         return
-    limit = DEFAULT_TIMEOUT if seconds is None else seconds
+    limit = seconds
+    if limit is None:  # the group's timeout, as torch's
+        limit = g.timeout if g.timeout is not None else default_timeout() or DEFAULT_TIMEOUT
     if g.rank() == 0:
         _collect(g, limit, fn, wait_all_ranks)
     else:
@@ -139,15 +142,32 @@ def _report(g: ProcessGroup, limit: float, fn: str) -> None:
         )
 
 
-def timed_barrier(g: ProcessGroup, seconds: float) -> None:
-    """``barrier(timeout=...)``: an ``MPI_Ibarrier`` polled until it completes or time runs out.
+def timed_barrier(g: ProcessGroup, seconds: float, validated: bool = False) -> None:
+    """``barrier(timeout=...)``: the whole call, validation included, bounded by ``seconds``.
+
+    Each step (validation mode's exchange, then ``MPI_Ibarrier``) is posted non-blocking and polled
+    until it completes or the deadline passes.
 
     Raises:
         CommunicationError: it did not complete within ``seconds``.
+        CrossRankMismatchError: (``validated``) ranks are in different calls.
     """
-    if not wait_until([g.comm.Ibarrier()], time.monotonic() + seconds)[0]:
-        raise CommunicationError(
-            f"barrier: not every rank of group {g.name} entered within {seconds:g} s; expected all of them "
-            f"(Timed out after {seconds:g} s; monitored_barrier names the missing ranks; the barrier stays "
-            "posted, so do not use this group again, as torch's group is closed after a timeout)"
-        )
+    deadline = time.monotonic() + seconds
+
+    def wait(request: Any) -> None:
+        if not wait_until([request], deadline)[0]:
+            _ABANDONED.append(request)  # MPI may still write its buffers: keep them alive
+            raise CommunicationError(
+                f"barrier: not every rank of group {g.name} (world ranks {g.ranks}) entered within "
+                f"{seconds:g} s; expected all of them (Timed out after {seconds:g} s; monitored_barrier "
+                "names the missing ranks; the barrier stays posted, so do not use this group again, as "
+                "torch's group is closed after a timeout)"
+            )
+
+    if validated:
+        validation.check(g, "barrier", {}, wait=wait)
+    wait(g.comm.Ibarrier())
+
+
+#: Requests given up on by a timed barrier: MPI owns their buffers until they complete, if ever.
+_ABANDONED: list[Any] = []

@@ -22,18 +22,23 @@ from ..core.work import Work, completed
 from ..dense.reductions import barrier as _barrier
 from ..dense.sync import monitored_barrier as _monitored_barrier
 from ..errors import ArgumentError, ArgumentTypeError
-from . import collectives
+from . import coalesced, collectives
 
 __all__ = [
     "allgather",
     "allreduce",
+    "allreduce_coalesced",
+    "alltoall",
     "alltoall_base",
     "barrier",
     "broadcast",
+    "gather",
     "install",
     "monitored_barrier",
     "recv",
+    "reduce",
     "reduce_scatter",
+    "scatter",
     "send",
 ]
 
@@ -46,6 +51,7 @@ def _op(op: Any, opts: Any, fn: str) -> ReduceOp:
         op = opts.reduceOp
     if isinstance(op, ReduceOp):
         return op
+    op = getattr(op, "op", op)  # torch's ReduceOp object (what opts.reduceOp gives) holds a RedOpType
     name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
     found = getattr(ReduceOp, str(name).upper(), None)
     if not isinstance(found, ReduceOp):
@@ -217,6 +223,177 @@ def alltoall_base(
     return _work(collectives.all_to_all_single(output, input, out_splits, in_splits, self, True))
 
 
+def _root(opts: Any, root: int) -> int:
+    """The group rank of the root: ``opts.rootRank`` (c10d's options), ``opts`` itself, or ``root``."""
+    if opts is not None and hasattr(opts, "rootRank"):
+        return int(opts.rootRank)
+    if isinstance(opts, int) and not isinstance(opts, bool):
+        return opts
+    return root
+
+
+def reduce(
+    self: ProcessGroup, tensors: Any, opts: Any = None, op: Any = ReduceOp.SUM, *, root: int = 0
+) -> Work:
+    """``pg.reduce([tensor], opts)`` or ``pg.reduce(tensor, root, op)``: reduce onto group rank ``root``.
+
+    Args:
+        self: The process group.
+        tensors: A one-entry list or the tensor itself; the root's is overwritten with the result.
+        opts: torch's ``ReduceOptions`` (``reduceOp``, ``rootRank``), or the root (c10d's overload).
+        op: The reduction (c10d's overload), ours or torch's by name.
+        root: The group rank of the destination.
+
+    Returns:
+        The Work of the reduction.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> x, w = np.ones(2), mpicomm.get_world_size()
+        >>> mpicomm.init().reduce([x], 0).wait() and float(x[0]) == (w if mpicomm.get_rank() == 0 else 1)
+        True
+    """
+    tensor = _one(tensors, "reduce", "tensors")
+    reduction = _op(op, opts, "reduce")
+    return _work(collectives.reduce(tensor, None, reduction, self, True, group_dst=_root(opts, root)))
+
+
+def gather(
+    self: ProcessGroup, output_tensors: Any, input_tensors: Any, opts: Any = None, *, root: int = 0
+) -> Work:
+    """``pg.gather([[out0, out1, ...]], [input], opts)`` or ``pg.gather([out0, ...], input, root)``.
+
+    Args:
+        self: The process group.
+        output_tensors: On the root, one tensor per group rank (inside a one-entry list, as
+            c10d's); elsewhere ``[]`` (or ``[[]]``).
+        input_tensors: This rank's tensor (inside a one-entry list, as c10d's).
+        opts: torch's ``GatherOptions`` (``rootRank``), or the root (c10d's overload).
+        root: The group rank of the destination.
+
+    Returns:
+        The Work of the gather.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> outs = [[np.empty(1) for _ in range(w)]] if r == 0 else []
+        >>> mpicomm.init().gather(outs, [np.full(1, float(r))]).wait()
+        True
+    """
+    outputs = output_tensors
+    if isinstance(input_tensors, (list, tuple)):
+        outputs = _one(output_tensors, "gather", "output_tensors") if output_tensors else []
+    tensor = _one(input_tensors, "gather", "input_tensors")
+    gather_list = list(outputs) if outputs else None
+    return _work(collectives.gather(tensor, gather_list, None, self, True, group_dst=_root(opts, root)))
+
+
+def scatter(
+    self: ProcessGroup, output_tensors: Any, input_tensors: Any, opts: Any = None, *, root: int = 0
+) -> Work:
+    """``pg.scatter([output], [[in0, in1, ...]], opts)`` or ``pg.scatter(output, [in0, ...], root)``.
+
+    Args:
+        self: The process group.
+        output_tensors: This rank's result (inside a one-entry list, as c10d's).
+        input_tensors: On the root, one tensor per group rank (inside a one-entry list, as c10d's);
+            elsewhere ``[]``.
+        opts: torch's ``ScatterOptions`` (``rootRank``), or the root (c10d's overload).
+        root: The group rank of the source.
+
+    Returns:
+        The Work of the scatter.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> out = np.empty(1)
+        >>> ins = [[np.full(1, float(i)) for i in range(w)]] if r == 0 else []
+        >>> mpicomm.init().scatter([out], ins).wait() and float(out[0]) == r
+        True
+    """
+    output = _one(output_tensors, "scatter", "output_tensors")
+    inputs = input_tensors
+    if isinstance(output_tensors, (list, tuple)):
+        inputs = _one(input_tensors, "scatter", "input_tensors") if input_tensors else []
+    scatter_list = list(inputs) if inputs else None
+    return _work(collectives.scatter(output, scatter_list, None, self, True, group_src=_root(opts, root)))
+
+
+def allreduce_coalesced(self: ProcessGroup, tensors: Any, opts: Any = None) -> Work:
+    """``pg.allreduce_coalesced([t0, t1, ...], opts)``: every tensor reduced in place, one MPI call.
+
+    Args:
+        self: The process group.
+        tensors: The tensors, of one dtype.
+        opts: torch's ``AllreduceCoalescedOptions`` (``reduceOp``), or the op itself.
+
+    Returns:
+        The Work of the reduction (``mpicomm.all_reduce_coalesced`` returns a Future, as torch's).
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> a, b = np.ones(1), np.ones(2)
+        >>> mpicomm.init().allreduce_coalesced([a, b]).wait() and float(b[1]) == mpicomm.get_world_size()
+        True
+    """
+    op = ReduceOp.SUM
+    if opts is not None and not hasattr(opts, "reduceOp"):
+        op, opts = opts, None
+    work = coalesced._all_reduce_coalesced(tensors, _op(op, opts, "allreduce_coalesced"), self, True)
+    return _work(work)
+
+
+def alltoall(self: ProcessGroup, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Work:
+    """``pg.alltoall([out0, out1, ...], [in0, in1, ...], opts)``: :func:`~mpicomm.all_to_all` on this group.
+
+    Args:
+        self: The process group.
+        output_tensors: One tensor per group rank, received from it.
+        input_tensors: One tensor per group rank, sent to it.
+        opts: Accepted (torch's ``AllToAllOptions``).
+
+    Returns:
+        The Work of the exchange.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w = mpicomm.get_world_size()
+        >>> outs = [np.empty(1) for _ in range(w)]
+        >>> mpicomm.init().alltoall(outs, [np.ones(1) for _ in range(w)]).wait()
+        True
+    """
+    return _work(collectives.all_to_all(output_tensors, input_tensors, self, True))
+
+
+def _allgather_base(self: ProcessGroup, output: Any, input: Any, opts: Any = None) -> Work:
+    """``pg._allgather_base(output, input)``: :func:`~mpicomm.all_gather_into_tensor` (c10d's name).
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> mpicomm.init()._allgather_base(np.empty(mpicomm.get_world_size()), np.ones(1)).wait()
+        True
+    """
+    return _work(collectives.all_gather_into_tensor(output, input, self, True))
+
+
+def _reduce_scatter_base(self: ProcessGroup, output: Any, input: Any, opts: Any = None) -> Work:
+    """``pg._reduce_scatter_base(output, input, opts)``: :func:`~mpicomm.reduce_scatter_tensor` (c10d's).
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> out = np.empty(1)
+        >>> mpicomm.init()._reduce_scatter_base(out, np.ones(mpicomm.get_world_size())).wait()
+        True
+    """
+    return _work(
+        collectives.reduce_scatter_tensor(
+            output, input, _op(ReduceOp.SUM, opts, "_reduce_scatter_base"), self, True
+        )
+    )
+
+
 def barrier(self: ProcessGroup, opts: Any = None, *, timeout: Timeout = None) -> Work:
     """``pg.barrier()``: a barrier on this group, as a Work.
 
@@ -247,7 +424,7 @@ def monitored_barrier(self: ProcessGroup, timeout: Timeout = None, wait_all_rank
 
     Args:
         self: The process group.
-        timeout: A ``timedelta`` or seconds; None for torch's default, 30 minutes.
+        timeout: A ``timedelta`` or seconds; None for the group's timeout (30 minutes by default).
         wait_all_ranks: Accepted; every missing rank is always named.
 
     Raises:
@@ -317,6 +494,13 @@ METHODS: dict[str, Callable[..., Any]] = {
     "monitored_barrier": monitored_barrier,
     "send": send,
     "recv": recv,
+    "reduce": reduce,
+    "gather": gather,
+    "scatter": scatter,
+    "allreduce_coalesced": allreduce_coalesced,
+    "alltoall": alltoall,
+    "_allgather_base": _allgather_base,
+    "_reduce_scatter_base": _reduce_scatter_base,
 }
 
 

@@ -45,6 +45,11 @@ def test_destroy_then_calls_raise_until_init_process_group(world):
     try:
         assert not dist.is_initialized() and dist.group.WORLD is None
         with pytest.raises(
+            AssertionError, match=r"destroy_process_group: .*destroyed already.*cannot be None"
+        ) as e:
+            dist.destroy_process_group()  # a second one: torch asserts
+        assert isinstance(e.value, dist.DefaultGroupError)
+        with pytest.raises(
             dist.DefaultGroupError, match="all_reduce: the default process group was destroyed"
         ):
             dist.all_reduce(np.ones(2))

@@ -270,3 +270,118 @@ def test_work_wait_timeout_raises_and_the_work_can_still_complete(world):
     elif r == 0:
         dist.recv(torch.zeros(1), src=1)  # waits until rank 1's wait has timed out
         dist.send(torch.full((2,), 3.0), dst=1)
+
+
+# ----------------------------------------------------------------------------- c10d methods, round 3
+
+
+def _rows(w: int, n: int = 3) -> np.ndarray:
+    """Row r is rank r's data (shared seed)."""
+    return np.random.default_rng(SEED + 1).standard_normal((w, n))
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("root", [0, -1])
+def test_process_group_reduce_gather_scatter_take_c10d_lists_and_options(world, root):
+    w, r = world.size(), world.rank()
+    root = root % w
+    rows = _rows(w)
+
+    class ReduceOptions:  # torch's options objects carry these attributes
+        reduceOp = dist.ReduceOp.MAX  # noqa: N815
+        rootRank = root  # noqa: N815
+
+    x = torch.from_numpy(rows[r].copy())
+    assert world.reduce([x], ReduceOptions()).wait()
+    np.testing.assert_array_equal(x.numpy(), rows.max(axis=0) if r == root else rows[r])
+    y = rows[r].copy()
+    assert world.reduce(y, root, dist.ReduceOp.SUM).wait()  # c10d's (tensor, root, op) overload
+    if r == root:
+        np.testing.assert_allclose(y, rows.sum(axis=0), rtol=1e-12)
+
+    outs = [[torch.zeros(3).double() for _ in range(w)]] if r == root else []
+    assert world.gather(outs, [torch.from_numpy(rows[r].copy())], root).wait()
+    if r == root:
+        np.testing.assert_array_equal(np.stack([o.numpy() for o in outs[0]]), rows)
+
+    out = np.zeros(3)
+    ins = [[rows[i] * 2 for i in range(w)]] if r == root else []
+    assert world.scatter([out], ins, root).wait()
+    np.testing.assert_array_equal(out, rows[r] * 2)
+    out2 = np.zeros(3)
+    assert world.scatter(out2, [rows[i] for i in range(w)] if r == root else [], root=root).wait()
+    np.testing.assert_array_equal(out2, rows[r])
+
+
+@pytest.mark.mpi(min_size=1)
+def test_process_group_allreduce_coalesced_alltoall_and_base_methods(world):
+    w, r = world.size(), world.rank()
+    every = _inputs(w)
+    mine = [a.copy() for a in every[r]]
+    assert world.allreduce_coalesced([torch.from_numpy(a) for a in mine]).wait()
+    for i, a in enumerate(mine):
+        np.testing.assert_allclose(a, np.sum([every[q][i] for q in range(w)], axis=0), rtol=1e-12)
+
+    rows = _rows(w * w).reshape(w, w, 3)  # rows[src][dst]
+    outs = [np.zeros(3) for _ in range(w)]
+    assert world.alltoall(outs, [rows[r][d].copy() for d in range(w)]).wait()
+    np.testing.assert_array_equal(np.stack(outs), rows[:, r])
+
+    flat = np.zeros(w * 3)
+    assert world._allgather_base(flat, _rows(w)[r].copy()).wait()
+    np.testing.assert_array_equal(flat, _rows(w).reshape(-1))
+    got = np.zeros(3)
+    assert world._reduce_scatter_base(got, rows[r].reshape(-1).copy()).wait()
+    np.testing.assert_allclose(got, rows[:, r].sum(axis=0), rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- torch's types, round 3
+
+
+@pytest.mark.mpi(min_size=2)
+def test_bad_all_to_all_single_splits_raise_runtime_error_as_torch_and_value_error(world):
+    w = world.size()
+    out, inp = torch.empty(w), torch.arange(float(w))
+    cases = [
+        ([1] * w, [1] * (w + 1), r"input_split_sizes has \d+ entries.*not equal to group size"),
+        ([1] * w, [2] + [1] * (w - 1), r"input_split_sizes sums to .*doesn't match total dim 0 size"),
+    ]
+    for out_splits, in_splits, pattern in cases:
+        with pytest.raises(RuntimeError, match=pattern) as info:  # gloo's TORCH_CHECK type
+            dist.all_to_all_single(out, inp, out_splits, in_splits)
+        assert isinstance(info.value, ValueError) and isinstance(info.value, mpicomm.ArgumentError)
+    dist.set_validation(True)  # a mistake on rank 0 only: every rank raises it, with its type
+    try:
+        with pytest.raises(RuntimeError, match=r"input_split_sizes sums to .*found on rank 0"):
+            dist.all_to_all_single(out, inp, [1] * w, [2] + [1] * (w - 1) if world.rank() == 0 else [1] * w)
+    finally:
+        dist.set_validation(False)
+    with pytest.raises(RuntimeError, match="invalid root rank") as info:  # gloo's, on the default group
+        dist.broadcast(np.ones(1), src=w + 3)
+    assert isinstance(info.value, ValueError)
+
+
+# ----------------------------------------------------------------------------- in-place idiom, strided
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("layout", ["columns", "flat", "torch"])
+def test_all_gather_into_tensor_in_place_on_a_strided_output(world, layout):
+    """torch's idiom ``all_gather_into_tensor(out, out.reshape(W, -1)[rank])`` with a strided ``out``."""
+    w, r = world.size(), world.rank()
+    rows = _rows(w)
+    if layout == "columns":
+        base = np.zeros((w, 6))
+        out = base[:, ::2]
+    elif layout == "flat":
+        base = np.zeros(2 * w * 3)
+        out = base[::2]
+    else:
+        tbase = torch.zeros(w, 6, dtype=torch.float64)
+        out, base = tbase[:, ::2], tbase.numpy()
+    mine = out.reshape(w, -1)[r]
+    assert np.shares_memory(np.asarray(mine), base)  # a view: the call gathers in place
+    mine[:] = torch.from_numpy(rows[r]) if layout == "torch" else rows[r]
+    dist.all_gather_into_tensor(out, mine)
+    np.testing.assert_array_equal(np.asarray(out).reshape(w, 3), rows)
+    np.testing.assert_array_equal(base.reshape(-1)[1::2], 0)  # the gaps are untouched

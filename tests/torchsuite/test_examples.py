@@ -1,4 +1,4 @@
-"""The three example programs (tests/torchsuite/examples/programs.py) on mpicomm give torch Gloo's
+"""The example programs (tests/torchsuite/examples/programs.py) on mpicomm give torch Gloo's
 results, at 2 and 3 ranks; the tutorial's MPI recipe on mpicomm gives the tutorial's Gloo results."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 from torchsuite import suite
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
-PROGRAMS = ["detectron2", "torchmetrics", "tutorial"]
+PROGRAMS = ["detectron2", "torchmetrics", "tutorial", "c10d"]
 
 
 def _free_port() -> int:

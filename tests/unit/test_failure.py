@@ -185,7 +185,7 @@ def test_thread_hook_never_returns_to_the_program(tmp_path: Path) -> None:
         from mpicomm.core import failure
 
         world = mpicomm.init()
-        failure.install_abort_hook(world)  # init installs it only above one rank
+        failure.install_abort_hook()  # init installs it only above one rank
 
 
         class World:

@@ -1,4 +1,4 @@
-"""Three real torch.distributed programs, written again in our own words with the same calls in the same way.
+"""Real torch.distributed programs, written again in our own words with the same calls in the same way.
 
 * ``detectron2``: the helpers of detectron2's ``detectron2/utils/comm.py`` (``synchronize`` with its
   ``Backend.NCCL`` branch, a Gloo group for objects, ``all_gather``/``gather`` of objects,
@@ -10,6 +10,9 @@
   non-blocking point-to-point, ``all_reduce`` with ``dist.reduce_op.SUM``, the hand-written ring
   all-reduce and the distributed synchronous SGD, started with ``init_process_group('gloo', ...)``
   or, in its MPI recipe, ``init_process_group('mpi', rank=0, world_size=0)``.
+* ``c10d``: the group object's c10d methods (``pg.reduce``, ``pg.gather``, ``pg.scatter``,
+  ``pg.allreduce_coalesced``, ``pg._allgather_base``) with c10d's list arguments and torch's own
+  options objects (``ReduceOptions``, ...), as code below ``torch.distributed``'s functions calls them.
 
 ``run(dist, program, rank, size)`` runs one of them with ``dist`` being ``torch.distributed`` or
 ``mpicomm``, and returns what rank 0 would print, as plain JSON values.
@@ -237,7 +240,47 @@ def _sgd(dist: Any, rank: int, size: int) -> list[float]:
     return losses
 
 
-PROGRAMS = {"detectron2": detectron2, "torchmetrics": torchmetrics, "tutorial": tutorial}
+# ----------------------------------------------------------------------------- c10d group methods
+
+
+def c10d(dist: Any, rank: int, size: int) -> dict[str, Any]:
+    """The group object's c10d methods, with c10d's list arguments and options objects."""
+    from torch.distributed import distributed_c10d as c10d_options  # torch's options classes
+
+    _init(dist, "gloo", rank, size, init_method=os.environ["EXAMPLE_INIT"])
+    pg = dist.group.WORLD
+    root = size - 1
+    mine = torch.arange(3, dtype=FLOAT) * (rank + 1) + rank
+    out: dict[str, Any] = {}
+    x = mine.clone()
+    opts = c10d_options.ReduceOptions()
+    opts.reduceOp, opts.rootRank = c10d_options.ReduceOp.MAX, root  # torch's options take its ReduceOp
+    pg.reduce([x], opts).wait()
+    out["reduce_max"] = x.tolist() if rank == root else None  # elsewhere unspecified (gloo: partials)
+    gathered = [[torch.zeros(3, dtype=FLOAT) for _ in range(size)]] if rank == root else []
+    gopts = c10d_options.GatherOptions()
+    gopts.rootRank = root
+    pg.gather(gathered, [mine.clone()], gopts).wait()
+    out["gather"] = [t.tolist() for t in gathered[0]] if gathered else []
+    got = torch.zeros(3, dtype=FLOAT)
+    sopts = c10d_options.ScatterOptions()
+    sopts.rootRank = root
+    pieces = [[torch.full((3,), float(10 * i), dtype=FLOAT) for i in range(size)]] if rank == root else []
+    pg.scatter([got], pieces, sopts).wait()
+    out["scatter"] = got.tolist()
+    a, b = mine.clone(), torch.ones(2, dtype=FLOAT) * rank
+    copts = c10d_options.AllreduceCoalescedOptions()
+    copts.reduceOp = c10d_options.ReduceOp.SUM
+    pg.allreduce_coalesced([a, b], copts).wait()
+    out["allreduce_coalesced"] = [a.tolist(), b.tolist()]
+    flat = torch.zeros(3 * size, dtype=FLOAT)
+    pg._allgather_base(flat, mine.clone()).wait()
+    out["allgather_base"] = flat.tolist()
+    dist.destroy_process_group()
+    return out
+
+
+PROGRAMS = {"detectron2": detectron2, "torchmetrics": torchmetrics, "tutorial": tutorial, "c10d": c10d}
 
 
 def run(dist: Any, program: str, rank: int, size: int) -> dict[str, Any]:
