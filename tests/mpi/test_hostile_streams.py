@@ -228,7 +228,8 @@ def _lying_slot(g: mpicomm.ProcessGroup, claimed: int, sent: int) -> None:
     """A validation record whose length word says ``claimed`` bytes; ``sent`` are sent."""
     slot = np.zeros(SLOT, np.uint8)
     slot[:16].view(I8)[:] = (0, claimed)
-    g.comm.Allgather([slot, MPI.BYTE], [np.empty((g.size(), SLOT), np.uint8), MPI.BYTE])
+    # posted non-blocking, as the library's own exchange is (MPI never matches it with a blocking one)
+    g.comm.Iallgather([slot, MPI.BYTE], [np.empty((g.size(), SLOT), np.uint8), MPI.BYTE]).Wait()
     if sent > SLOT - 16:
         rest = np.zeros(sent - (SLOT - 16), np.uint8)
         MPI.Request.Waitall([g.internal.Isend([rest, MPI.BYTE], r, TEXT_TAG) for r in range(1, g.size())])
