@@ -20,6 +20,7 @@ from typing import Any, ParamSpec, TypeVar
 from ..errors import ArgumentTypeError, CommunicationError
 from . import validation
 from .groups import resolve
+from .work import mpi_text
 
 __all__ = ["check_flag", "collective", "failed"]
 
@@ -104,7 +105,7 @@ def failed(
         else ``exc`` itself (sent into the validation exchange first when one is due).
     """
     if _is_mpi_error(exc):
-        err = CommunicationError(f"{fn}: MPI reported an error: {_mpi_text(exc)}")
+        err = CommunicationError(f"{fn}: MPI reported an error: {mpi_text(exc)}")
         err.__cause__ = exc
         return err
     if not validated or not validation._Flag.on or validation._Flag.exchanges != before:
@@ -132,11 +133,3 @@ def _report(group: Any, fn: str, exc: Exception) -> None:
 def _is_mpi_error(exc: BaseException) -> bool:
     kind = type(exc)
     return kind.__name__ == "Exception" and kind.__module__ == "mpi4py.MPI"
-
-
-def _mpi_text(exc: BaseException) -> str:
-    text = getattr(exc, "Get_error_string", None)
-    try:
-        return str(text()) if text is not None else str(exc)
-    except Exception:
-        return str(exc)

@@ -11,7 +11,7 @@ from .. import _mpi
 from ..errors import CommunicationError
 from .future import Future
 
-__all__ = ["Work"]
+__all__ = ["Work", "mpi_text"]
 
 
 class Work:
@@ -156,7 +156,7 @@ class Work:
         return self._fn or "Work.wait"
 
     def _fail(self, exc: BaseException) -> None:
-        self._error = CommunicationError(f"{self._name()}: MPI reported an error: {_mpi_text(exc)}")
+        self._error = CommunicationError(f"{self._name()}: MPI reported an error: {mpi_text(exc)}")
         self._error.__cause__ = exc
         self._done = True
 
@@ -179,7 +179,7 @@ class Work:
         return f"<mpicomm.Work {state}>"
 
 
-def _mpi_text(exc: BaseException) -> str:
+def mpi_text(exc: BaseException) -> str:
     """The MPI library's own text for an MPI error (``Message truncated, ...``)."""
     text = getattr(exc, "Get_error_string", None)
     try:
