@@ -216,7 +216,13 @@ use_path() {
   # shellcheck source=/dev/null
   . "$env"
   if [ -n "$aware" ]; then export MPICOMM_CUDA_AWARE=$aware; else unset MPICOMM_CUDA_AWARE; fi
-  case "$1" in staged | direct) export GPU_EXPECT_PATH=$1 ;; *) unset GPU_EXPECT_PATH ;; esac
+  # On a real GPU the automatic decision must be $1; in CPU emulation (no nvidia-smi, no driver) it is
+  # staged under both MPIs, so nothing is expected there.
+  if command -v nvidia-smi >/dev/null && { [ "$1" = staged ] || [ "$1" = direct ]; }; then
+    export GPU_EXPECT_PATH=$1
+  else
+    unset GPU_EXPECT_PATH
+  fi
   echo "path $1: MPI $kind, MPICOMM_CUDA_AWARE=${MPICOMM_CUDA_AWARE:-unset (auto)}; $MPIEXEC ${MPIFLAGS[*]}"
 }
 
