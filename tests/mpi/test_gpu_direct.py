@@ -103,7 +103,6 @@ def test_an_mpi_error_on_the_direct_path_is_a_communication_error(cp: Any) -> No
             mpicomm.recv(cp.zeros(4), src=r - 1)  # a longer message: truncated
 
 
-
 def test_the_direct_path_asks_only_the_backend_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
     """The lazy stand-in has no ``cp``: the strided output's temporary comes from the protocol."""
     from standin import DeviceArray, LazyBackend
