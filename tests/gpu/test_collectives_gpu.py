@@ -1,8 +1,9 @@
 """cupy arrays through every collective on a real GPU, checked against the numpy path.
 
 Run by ``make test-gpu`` / ``scripts/gpu-window.sh test`` at 2 and 4 ranks sharing one GPU, on the
-staged path (``MPICOMM_CUDA_AWARE=0``, any MPI) and on the direct path (``MPICOMM_CUDA_AWARE=1`` under
-the CUDA-aware Open MPI). Skipped (conftest.py) where cupy or a GPU is missing.
+staged path (the mpich wheel) and on the direct path (the CUDA-aware Open MPI), the path chosen by
+``MPICOMM_CUDA_AWARE``'s automatic decision. Skipped (conftest.py) where cupy or a GPU is missing;
+``make test-gpu-fake`` runs them on the fake cupy (CPU emulation).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from mpicomm.gpu.device import bind_device
 
 SEED = 7
 DTYPES = ["int8", "int32", "int64", "uint16", "float32", "float64", "complex64", "bool"]
-COUNTS = [0, 1, 1023, 3 * 1024 * 1024 // 8 + 5]  # the last: several 4 MiB-default chunks of float64
+COUNTS = [0, 1, 1023, 3 * (4 << 20) // 8 + 5]  # the last: 12 MiB of float64, four 4 MiB-default chunks
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -58,6 +58,8 @@ def is_available() -> bool:
 class Device:
     """A fake CUDA device: ``id``, ``use()``, and a context manager that makes it current."""
 
+    id: int = 0  # cupy's is a read-only attribute of the class
+
     def __init__(self, device: Any = None) -> None:
         self.id = _state.device if device is None else int(device)
         if not 0 <= self.id < _device_count():
@@ -246,6 +248,8 @@ def get_elapsed_time(start_event: Event, end_event: Event) -> float:
 
 class MemoryPointer:
     """``ndarray.data``: the memory and the address of the array's first element."""
+
+    ptr: int = 0  # cupy's is a read-only attribute of the class
 
     def __init__(self, mem: Any, ptr: int) -> None:
         self.mem, self.ptr = mem, int(ptr)

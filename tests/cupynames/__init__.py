@@ -1,0 +1,1 @@
+"""The cupy names mpicomm uses, checked against the real cupy package (``make test-cupy-names``)."""
