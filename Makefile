@@ -61,8 +61,8 @@ venv: $(STAMP) ## make .venv with mpicomm, its MPI (MPI=...) and the dev tools
 demo: venv ## build the environment and run the demo on NP ranks (default 8)
 	$(MPIEXEC) $(MPIFLAGS) -n $(NP) $(PY) -m mpi4py -m mpicomm.demo
 
-test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, torch's suite, Slurm jobs, docs
-	$(MAKE) lint typecheck test-unit test-mpi test-torch test-slurm docs
+test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, torch's suite, GPU checks on the CPU, Slurm jobs, docs
+	$(MAKE) lint typecheck test-unit test-mpi test-torch test-gpu-fake test-cupy-names test-slurm docs
 
 test-unit: venv ## one-process tests and doctests
 	$(PY) -m pytest -p no:cacheprovider --timeout $(TIMEOUT) tests/unit tests/gpu --doctest-modules mpicomm
