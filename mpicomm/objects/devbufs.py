@@ -128,17 +128,21 @@ class Outgoing:
         stream = be.current_stream()
         direct = _need(Hooks.direct, "direct")()
         pool: Any = None if direct else _need(Hooks.pool, "pool")()
-        for b in buffers:
-            if isinstance(b, memoryview):
-                self.bufs.append(np.frombuffer(b, U8))
-            elif direct:
-                self.bufs.append(flat_bytes(b))
-            else:
-                host = pool.acquire(int(b.nbytes))
-                self.lent.append(host)
-                be.to_host(host, flat_bytes(b), stream)  # after the work already queued on the stream
-                self.bufs.append(host)
-        stream.synchronize()  # MPI reads device memory (direct) or the host copies (staged) next
+        try:
+            for b in buffers:
+                if isinstance(b, memoryview):
+                    self.bufs.append(np.frombuffer(b, U8))
+                elif direct:
+                    self.bufs.append(flat_bytes(b))
+                else:
+                    host = pool.acquire(int(b.nbytes))
+                    self.lent.append(host)
+                    be.to_host(host, flat_bytes(b), stream)  # after the work already queued on the stream
+                    self.bufs.append(host)
+        finally:
+            stream.synchronize()  # MPI reads device memory (direct) or the host copies (staged) next
+            if len(self.bufs) < len(buffers):  # a copy failed: its pinned buffers go back at once
+                self.close()
 
     def close(self) -> None:
         """Give the pinned buffers back."""
@@ -185,6 +189,8 @@ class Incoming:
                 host = pool.acquire(size)
                 self.up.append((i, host))
                 self.bufs.append(host)
+        if direct:  # memory the device pool hands out may still be read by work queued before: MPI
+            be.current_stream().synchronize()  # writes outside stream order, so that work finishes first
 
     def finish(self) -> list[Any]:
         """The received buffers: numpy arrays for host buffers, flat uint8 device arrays for device ones."""
