@@ -262,7 +262,7 @@ def test_a_device_array_claim_past_the_payload_cap_is_refused_everywhere(
     monkeypatch.setattr(control._Cap, "value", OUT_OF_BAND_MIN)  # MPICOMM_MAX_PAYLOAD, read once
     out: list[Any] = [None] * world.size()
     with pytest.raises(ObjectCollectiveError, match="MPICOMM_MAX_PAYLOAD"):
-        mpicomm.all_gather_object(out, cp.zeros(OUT_OF_BAND_MIN, cp.uint8))
+        mpicomm.all_gather_object(out, cp.zeros(OUT_OF_BAND_MIN + 1, cp.uint8))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -332,3 +332,46 @@ def test_safe_mode_rebuilds_only_with_checked_arguments(cp: Any) -> None:
 def test_cupy_arrays_of_other_dtypes_keep_cupys_pickling(cp: Any) -> None:
     assert tensors.reduce_tensor(cp.zeros(2, dtype=[("a", "i4")])) is NotImplemented
     assert tensors.reduce_tensor(np.zeros(2)) is NotImplemented
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("claim", [2 * 2**50 + 1, -3], ids=["huge-device-buffer", "negative-word"])
+def test_a_forged_device_buffer_size_is_refused_before_anything_is_allocated(
+    cp: Any, claim: int, path: str, world: mpicomm.ProcessGroup
+) -> None:
+    """A header word that claims a device buffer past the payload cap (or a negative one) is refused."""
+    from mpi4py import MPI
+
+    from mpicomm.objects.p2p import P2P_TAG
+
+    stream, _ = dumps(0)
+    if world.rank() == 0:
+        header = np.array([0, 1, len(stream), 1, len(stream), claim], np.int64)
+        message = np.concatenate([header.view(np.uint8), np.frombuffer(stream, np.uint8)])
+        world.internal.Send([message, MPI.BYTE], 1, P2P_TAG)
+    elif world.rank() == 1:
+        used = cp.get_default_memory_pool().used_bytes()
+        with pytest.raises(ObjectCollectiveError, match="group rank 0"):
+            mpicomm.recv_object_list([None], src=0)
+        assert cp.get_default_memory_pool().used_bytes() == used
+    MPI.COMM_WORLD.Barrier()
+
+
+def test_a_receiver_that_cannot_hold_device_arrays_fails_on_every_rank_without_a_hang(
+    cp: Any, monkeypatch: pytest.MonkeyPatch, path: str, world: mpicomm.ProcessGroup
+) -> None:
+    """A rank whose GPU backend fails receives into host memory, and every rank raises the same error."""
+    from mpicomm.objects.devbufs import Hooks
+
+    if world.rank() == world.size() - 1 and world.size() > 1:
+
+        def broken() -> Any:
+            raise RuntimeError("no GPU here")
+
+        monkeypatch.setattr(Hooks, "backend", broken)
+    objs = [{"x": cp.arange(5)}] if world.rank() == 0 else [None]
+    if world.size() == 1:
+        mpicomm.broadcast_object_list(objs, src=0)
+        return
+    with pytest.raises(ObjectCollectiveError, match="expected a received device buffer"):
+        mpicomm.broadcast_object_list(objs, src=0)
