@@ -29,7 +29,7 @@ from ..core.buffers import displacements
 from ..core.calls import collective
 from ..core.control import MAX_TEXT, bcast_text, decode
 from ..core.groups import ProcessGroup, root_rank, warn_non_member
-from .devbufs import Incoming, Outgoing, spec, split_words, word
+from .devbufs import Incoming, Outgoing, spec, split_words, words
 from .messages import (
     I8,
     Problem,
@@ -136,12 +136,13 @@ def broadcast_object_list(
         kind, msg, streams, buffers = _pickle_list(object_list, fn, source, problem)
         header, stream = _message(kind, streams, buffers, msg)
         send_envelope(g.comm, header, stream, root)
-        outgoing = Outgoing(buffers)
-        try:
-            for buf in outgoing.bufs:
-                bcast_bytes(g.comm, buf, root)
-        finally:
-            outgoing.close()
+        if buffers:
+            outgoing = Outgoing(buffers)
+            try:
+                for buf in outgoing.bufs:
+                    bcast_bytes(g.comm, buf, root)
+            finally:
+                outgoing.close()
         if kind:
             raise_first([(kind, msg)])
         agree(g, 0, "")
@@ -150,13 +151,15 @@ def broadcast_object_list(
     kind, n = int(header[0]), int(header[1])
     if kind:
         raise_first([(kind, decode(stream[:MAX_TEXT]))])
-    incoming = Incoming(*split_words(header[4 + n :].tolist()), receive_buffer)
-    try:
-        for b in incoming.bufs:  # taken part in even with a problem here, so the source is not stuck
-            bcast_bytes(g.comm, b, root)
-        bufs = incoming.finish()
-    finally:
-        incoming.drop()
+    bufs: list[Any] = []
+    if header.size > 4 + n:
+        incoming = Incoming(*split_words(header[4 + n :].tolist()), receive_buffer)
+        try:
+            for b in incoming.bufs:  # taken part in even with a problem here, so the source is not stuck
+                bcast_bytes(g.comm, b, root)
+            bufs = incoming.finish()
+        finally:
+            incoming.drop()
     got: list[Any] = []
     fatal = None
     if problem is not None:
@@ -197,37 +200,37 @@ def _buffer_rounds(
     per_rank: list[list[Any]] = [[] for _ in range(g.size())]
     if not any(nbufs):
         return per_rank
-    mine = np.array([word(b) for b in buffers], I8)
-    words = allgatherv(g, mine.view(U8), [8 * k for k in nbufs]).view(I8).tolist()
-    flat, flags = split_words(words)
+    mine = np.array(words(buffers), I8)
+    flat, flags = split_words(allgatherv(g, mine.view(U8), [8 * k for k in nbufs]).view(I8).tolist())
     starts = displacements(nbufs)
     for r in range(g.size()):
         check_counts(fn, [], flat[starts[r] : starts[r] + nbufs[r]], r)
     check_counts(fn, [], flat, None)  # what the receivers hold in all; checked alike on every rank
-    receivers = range(g.size()) if root is None else [root]
+    me = g.rank()
+    receivers = [r for r in (range(g.size()) if root is None else [root]) if r != me]
     comm, requests = g.internal, []
-    incoming: list[Incoming] = []
-    outgoing = Outgoing(buffers)
+    incoming: list[tuple[int, Incoming]] = []
+    outgoing = Outgoing(buffers) if receivers and buffers else None
     try:
-        if g.rank() in receivers:
+        if root is None or root == me:
             for r in range(g.size()):
-                if r == g.rank():
+                if r == me:
                     per_rank[r] = _own_copy(buffers)
                     continue
                 part = slice(starts[r], starts[r] + nbufs[r])
-                incoming.append(Incoming(flat[part], flags[part], receive_buffer))
-                per_rank[r] = incoming[-1].bufs
-                requests += [comm.Irecv(spec(p), r, BUF_TAG) for b in per_rank[r] for p in pieces(b)]
+                incoming.append((r, Incoming(flat[part], flags[part], receive_buffer)))
+                requests += [comm.Irecv(spec(p), r, BUF_TAG) for b in incoming[-1][1].bufs for p in pieces(b)]
+        sends = [] if outgoing is None else outgoing.bufs
         for r in receivers:
-            if r != g.rank():
-                requests += [comm.Isend(spec(p), r, BUF_TAG) for b in outgoing.bufs for p in pieces(b)]
+            requests += [comm.Isend(spec(p), r, BUF_TAG) for b in sends for p in pieces(b)]
         _mpi.MPI.Request.Waitall(requests)
-        done = iter([inc.finish() for inc in incoming])
-        here = g.rank() in receivers
-        return [next(done) if here and r != g.rank() else per_rank[r] for r in range(g.size())]
+        for r, inc in incoming:
+            per_rank[r] = inc.finish()
+        return per_rank
     finally:
-        outgoing.close()
-        for inc in incoming:
+        if outgoing is not None:
+            outgoing.close()
+        for _, inc in incoming:
             inc.drop()
 
 
@@ -564,9 +567,9 @@ def _scatter_buffers(g: ProcessGroup, buffers: list[list[Any]], count: int, root
     if g.rank() != root:
         if count == 0:
             return []
-        words = np.empty(count, I8)
-        comm.Recv([words, _mpi.MPI.INT64_T], root, TAG)
-        sizes, flags = split_words(words.tolist())
+        claimed = np.empty(count, I8)
+        comm.Recv([claimed, _mpi.MPI.INT64_T], root, TAG)
+        sizes, flags = split_words(claimed.tolist())
         check_counts("scatter_object_list", [], sizes, root)
         incoming = Incoming(sizes, flags, receive_buffer)
         try:
@@ -578,7 +581,7 @@ def _scatter_buffers(g: ProcessGroup, buffers: list[list[Any]], count: int, root
     for r, bufs in enumerate(buffers):
         if r == root or not bufs:
             continue
-        comm.Send([np.array([word(b) for b in bufs], I8), _mpi.MPI.INT64_T], r, TAG)
+        comm.Send([np.array(words(bufs), I8), _mpi.MPI.INT64_T], r, TAG)
         outgoing = Outgoing(bufs)
         try:
             for buf in outgoing.bufs:

@@ -31,7 +31,7 @@ import numpy as np
 from .. import _mpi
 from ..errors import ArgumentTypeError
 
-__all__ = ["Hooks", "Incoming", "Outgoing", "is_device_buffer", "spec", "split_words", "word"]
+__all__ = ["Hooks", "Incoming", "Outgoing", "is_device_buffer", "spec", "split_words", "words"]
 
 U8 = np.uint8
 Alloc = Callable[[int], np.ndarray]
@@ -79,9 +79,14 @@ def is_device_buffer(buf: object) -> bool:
     return not isinstance(buf, (memoryview, np.ndarray))
 
 
-def word(buf: Any) -> int:
-    """The header word of one out-of-band buffer: ``2 * bytes + 1`` for device memory, ``2 * bytes`` else."""
-    return 2 * int(buf.nbytes) + (0 if isinstance(buf, (memoryview, np.ndarray)) else 1)
+def words(buffers: Sequence[Any]) -> list[int]:
+    """The header words of out-of-band buffers: ``2 * bytes + 1`` for device memory, ``2 * bytes`` else.
+
+    Example:
+        >>> words([memoryview(b"abc")])
+        [6]
+    """
+    return [2 * int(b.nbytes) + (type(b) is not memoryview) for b in buffers]
 
 
 def split_words(words: Sequence[int]) -> tuple[list[int], list[bool]]:
@@ -91,7 +96,7 @@ def split_words(words: Sequence[int]) -> tuple[list[int], list[bool]]:
         >>> split_words([8, 9, 0, -4])
         ([4, 4, 0, -2], [False, True, False, False])
     """
-    return [w >> 1 if w >= 0 else -((-w) >> 1) for w in words], [w >= 0 and bool(w & 1) for w in words]
+    return [w >> 1 for w in words], [w > 0 and w & 1 == 1 for w in words]
 
 
 def spec(piece: Any) -> list[Any]:
@@ -120,10 +125,10 @@ class Outgoing:
 
     def __init__(self, buffers: Sequence[Any]) -> None:
         self.lent: list[np.ndarray] = []
-        self.bufs: list[Any] = []
-        if all(isinstance(b, memoryview) for b in buffers):
-            self.bufs = [np.frombuffer(b, U8) for b in buffers]
+        self.bufs: list[Any] = [np.frombuffer(b, U8) for b in buffers if type(b) is memoryview]
+        if len(self.bufs) == len(buffers):
             return
+        self.bufs = []
         be = _need(Hooks.backend, "backend")()
         stream = be.current_stream()
         direct = _need(Hooks.direct, "direct")()

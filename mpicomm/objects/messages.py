@@ -9,7 +9,7 @@ import numpy as np
 from ..core import validation
 from ..core.groups import ProcessGroup, resolve
 from ..errors import ArgumentError, ArgumentTypeError, MpicommError
-from .devbufs import own_copy, word
+from .devbufs import own_copy, words
 from .pickling import check_device, describe, dumps, error_kind, is_safe_unpickling, loads, place
 from .wire import agree, as_bytes
 
@@ -108,9 +108,7 @@ def _own_copy(buffers: list[Any]) -> list[Any]:
 
 
 def _header(kind: int, streams: list[bytes], buffers: list[Any], stream_size: int) -> np.ndarray:
-    return np.array(
-        [kind, len(streams), stream_size, len(buffers), *map(len, streams), *map(word, buffers)], I8
-    )
+    return np.array([kind, len(streams), stream_size, len(buffers), *map(len, streams), *words(buffers)], I8)
 
 
 def _message(kind: int, streams: list[bytes], buffers: list[Any], msg: str) -> tuple[np.ndarray, Any]:

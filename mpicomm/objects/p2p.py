@@ -97,12 +97,13 @@ def send_object_list(
     else:
         comm.Send([header.view(U8), byte], peer, P2P_TAG)
         send_bytes(comm, stream, peer, P2P_TAG)
-    outgoing = Outgoing(buffers)
-    try:
-        for buf in outgoing.bufs:
-            send_bytes(comm, buf, peer, P2P_TAG)
-    finally:
-        outgoing.close()
+    if buffers:
+        outgoing = Outgoing(buffers)
+        try:
+            for buf in outgoing.bufs:
+                send_bytes(comm, buf, peer, P2P_TAG)
+        finally:
+            outgoing.close()
     if kind:
         raise_first([(kind, msg)])
     return None
@@ -179,13 +180,15 @@ def recv_object_list(
     stream = first[hlen:] if count > hlen else receive_buffer(slen)
     if count <= hlen:
         recv_bytes(comm, stream, sender, P2P_TAG)
-    incoming = Incoming(*split_words(header[4 + n :].tolist()), receive_buffer)
-    try:
-        for b in incoming.bufs:
-            recv_bytes(comm, b, sender, P2P_TAG)
-        bufs = incoming.finish()
-    finally:
-        incoming.drop()
+    bufs: list[Any] = []
+    if nbufs:
+        incoming = Incoming(*split_words(header[4 + n :].tolist()), receive_buffer)
+        try:
+            for b in incoming.bufs:
+                recv_bytes(comm, b, sender, P2P_TAG)
+            bufs = incoming.finish()
+        finally:
+            incoming.drop()
     if kind:
         raise_first([(kind, decode(stream[:MAX_TEXT]))])
     if problem is not None:

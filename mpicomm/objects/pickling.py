@@ -36,7 +36,7 @@ from ..errors import (
     UnpicklingRefusedError,
 )
 from .devbufs import flat_bytes
-from .tensors import device_args, device_tag, from_device, reduce_tensor
+from .tensors import KNOWN, device_args, device_tag, from_device, reduce_tensor
 from .unpickler import _ALLOWED, _Reader, _SafeUnpickler
 
 __all__ = [
@@ -74,21 +74,21 @@ def dumps(obj: object) -> tuple[bytes, list[Any]]:
         (True, [1048576])
     """
     buffers: list[Any] = []
-    out = io.BytesIO()
-    pickler = _Pickler(out, protocol=5)
 
     def keep(buf: pickle.PickleBuffer) -> bool:
-        device = pickler.devices.pop(id(buf), None)
-        if device is not None:  # a device array's memory: always out of band, as device memory
-            buffers.append(device[1])
-            return False
+        if pickler.devices:  # a device array's memory: always out of band, as device memory
+            device = pickler.devices.pop(id(buf), None)
+            if device is not None:
+                buffers.append(device[1])
+                return False
         raw = buf.raw()
         if raw.nbytes < OUT_OF_BAND_MIN:
             return True  # in the stream
         buffers.append(raw)
         return False
 
-    pickler.callback = keep
+    out = io.BytesIO()
+    pickler = _Pickler(out, protocol=5, buffer_callback=keep)
     pickler.dump(obj)
     return out.getvalue(), buffers
 
@@ -99,13 +99,12 @@ class _Pickler(pickle.Pickler):
     :func:`dumps` replaces each marker with the device array's memory (:mod:`mpicomm.objects.tensors`).
     """
 
-    def __init__(self, file: Any, protocol: int) -> None:
-        super().__init__(file, protocol=protocol, buffer_callback=lambda b: self.callback(b))
-        self.callback: Any = None
-        #: id(marker PickleBuffer) -> (marker, the device array's flat bytes)
-        self.devices: dict[int, tuple[pickle.PickleBuffer, Any]] = {}
+    #: id(marker PickleBuffer) -> (marker, the device array's flat bytes); made on the first device array
+    devices: dict[int, tuple[pickle.PickleBuffer, Any]] | None = None
 
     def reducer_override(self, obj: Any) -> Any:
+        if KNOWN.get(type(obj), "") is None:  # numpy arrays, dtypes, ...: neither torch nor device arrays
+            return NotImplemented
         tag = device_tag(obj)
         if tag is None:
             return reduce_tensor(obj)
@@ -114,6 +113,8 @@ class _Pickler(pickle.Pickler):
             return NotImplemented
         arr, args = found
         marker = pickle.PickleBuffer(bytearray(1))  # writable: loaded as the buffer object itself
+        if self.devices is None:
+            self.devices = {}
         self.devices[id(marker)] = (marker, flat_bytes(arr))
         return from_device, (marker, *args)
 

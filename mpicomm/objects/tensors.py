@@ -40,8 +40,9 @@ CUPY, TORCH, TORCH_BF16, CUDA = "cupy", "torch", "torch.bfloat16", "cuda"
 _DEVICE_TAGS = (CUPY, TORCH, TORCH_BF16, CUDA)
 #: Largest number of dimensions of a rebuilt device array (numpy's and cupy's own limit is 64).
 MAX_NDIM = 64
-#: Device kind of each type seen (None: not a device array type; "torch": a tensor, CUDA or not).
-_TYPES: dict[type, str | None] = {}
+#: Device kind of each type seen (None: neither a device array type nor a torch tensor; "torch": a
+#: tensor, CUDA or not).
+KNOWN: dict[type, str | None] = {}
 
 
 def reduce_tensor(obj: Any) -> Any:
@@ -119,9 +120,9 @@ def device_tag(obj: object) -> str | None:
     """
     cls = type(obj)
     try:
-        tag = _TYPES[cls]
+        tag = KNOWN[cls]
     except KeyError:
-        tag = _TYPES[cls] = _classify(cls)
+        tag = KNOWN[cls] = _classify(cls)
     if tag == TORCH:
         t: Any = obj
         if t.device.type != "cuda" or t.layout != sys.modules["torch"].strided or t.is_quantized:

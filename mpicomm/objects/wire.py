@@ -167,9 +167,10 @@ def check_header(fn: str, header: np.ndarray, sender: int) -> None:
     A buffer word is ``2 * bytes + device flag`` (:func:`~mpicomm.objects.devbufs.word`).
     """
     n, slen = int(header[1]), int(header[2])
-    sizes = header[4 : 4 + n].tolist()
-    check_counts(fn, [n, int(header[3])], [slen, *sizes, *split_words(header[4 + n :].tolist())[0]], sender)
-    if header[0] == 0 and sum(sizes[:n]) != slen:
+    words = header[4:].tolist()
+    sizes, bufs = words[:n], words[n:]
+    check_counts(fn, [n, int(header[3])], [slen, *sizes, *(split_words(bufs)[0] if bufs else ())], sender)
+    if header[0] == 0 and sum(sizes) != slen:
         raise ObjectCollectiveError(
             f"{fn}: group rank {sender} claims objects of {sizes[:n]} bytes; expected them to sum to {slen}, "
             "the stream's size (a corrupted message)"
