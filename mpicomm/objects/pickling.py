@@ -10,8 +10,9 @@
 
 :func:`dumps` turns one object into a pickle stream and a list of out-of-band buffers: the memory of
 every contiguous numpy array of at least :data:`OUT_OF_BAND_MIN` bytes, sent as it lies instead of
-being copied into the stream. :func:`loads` rebuilds the object from the stream and the received
-buffers (arrays then live in the receive buffers, without another copy).
+being copied into the stream, and the device memory of every cupy array or torch CUDA tensor, whatever
+its size (:mod:`mpicomm.objects.devbufs` moves those). :func:`loads` rebuilds the object from the
+stream and the received buffers (arrays then live in the receive buffers, without another copy).
 """
 
 from __future__ import annotations
