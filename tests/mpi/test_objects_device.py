@@ -375,3 +375,20 @@ def test_a_receiver_that_cannot_hold_device_arrays_fails_on_every_rank_without_a
         return
     with pytest.raises(ObjectCollectiveError, match="expected a received device buffer"):
         mpicomm.broadcast_object_list(objs, src=0)
+
+
+def test_ranks_may_mix_host_and_device_arrays_in_one_call(
+    cp: Any, safe: bool, path: str, world: mpicomm.ProcessGroup
+) -> None:
+    """Even ranks send cupy arrays, odd ranks numpy arrays: each buffer's flag says where it goes."""
+    r, n = world.rank(), world.size()
+    want = [host_object(s) for s in range(n)]
+    mine = on_device(cp, want[r]) if r % 2 == 0 else want[r]
+    out: list[Any] = [None] * n
+    mpicomm.all_gather_object(out, mine, safe=safe)
+    for s in range(n):
+        if s % 2 == 0:
+            check(cp, out[s], want[s])
+        else:
+            assert type(out[s]["nested"]["big"]) is np.ndarray
+            np.testing.assert_array_equal(out[s]["nested"]["big"], want[s]["nested"]["big"])
