@@ -58,6 +58,7 @@ from .errors import (
     MPIUnavailableError,
     ReductionTypeError,
 )
+from .front import objects as _objects  # noqa: F401 - gives the object collectives the GPU hooks
 from .front import pg_methods as _pg_methods  # noqa: F401 - attaches c10d's methods to ProcessGroup
 from .front.coalesced import all_gather_coalesced, all_reduce_coalesced
 from .front.collectives import (

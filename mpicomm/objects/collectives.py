@@ -29,6 +29,7 @@ from ..core.buffers import displacements
 from ..core.calls import collective
 from ..core.control import MAX_TEXT, bcast_text, decode
 from ..core.groups import ProcessGroup, root_rank, warn_non_member
+from .devbufs import Incoming, Outgoing, spec, split_words, words
 from .messages import (
     I8,
     Problem,
@@ -135,8 +136,13 @@ def broadcast_object_list(
         kind, msg, streams, buffers = _pickle_list(object_list, fn, source, problem)
         header, stream = _message(kind, streams, buffers, msg)
         send_envelope(g.comm, header, stream, root)
-        for buf in buffers:
-            bcast_bytes(g.comm, as_bytes(buf), root)
+        if buffers:
+            outgoing = Outgoing(buffers)
+            try:
+                for buf in outgoing.bufs:
+                    bcast_bytes(g.comm, buf, root)
+            finally:
+                outgoing.close()
         if kind:
             raise_first([(kind, msg)])
         agree(g, 0, "")
@@ -145,9 +151,15 @@ def broadcast_object_list(
     kind, n = int(header[0]), int(header[1])
     if kind:
         raise_first([(kind, decode(stream[:MAX_TEXT]))])
-    bufs = [receive_buffer(int(s)) for s in header[4 + n :]]
-    for b in bufs:
-        bcast_bytes(g.comm, b, root)  # taken part in even with a problem here, so the source is not stuck
+    bufs: list[Any] = []
+    if header.size > 4 + n:
+        incoming = Incoming(*split_words(header[4 + n :].tolist()), receive_buffer)
+        try:
+            for b in incoming.bufs:  # taken part in even with a problem here, so the source is not stuck
+                bcast_bytes(g.comm, b, root)
+            bufs = incoming.finish()
+        finally:
+            incoming.drop()
     got: list[Any] = []
     fatal = None
     if problem is not None:
@@ -167,7 +179,7 @@ def broadcast_object_list(
     return None
 
 
-def _pickle_one(obj: Any, fn: str, rank: int, problem: Problem) -> tuple[int, str, bytes, list[memoryview]]:
+def _pickle_one(obj: Any, fn: str, rank: int, problem: Problem) -> tuple[int, str, bytes, list[Any]]:
     if problem is not None:
         return problem[0], problem[1], b"", []
     kind, msg, streams, buffers = _pickle([obj], fn, "obj", rank)
@@ -175,39 +187,51 @@ def _pickle_one(obj: Any, fn: str, rank: int, problem: Problem) -> tuple[int, st
 
 
 def _buffer_rounds(
-    g: ProcessGroup, buffers: list[memoryview], nbufs: list[int], root: int | None, fn: str
-) -> list[list[np.ndarray]]:
+    g: ProcessGroup, buffers: list[Any], nbufs: list[int], root: int | None, fn: str
+) -> list[list[Any]]:
     """Move every rank's out-of-band buffers to ``root`` (to every rank for ``None``).
 
     One small ``Allgatherv`` of the buffer sizes, then one non-blocking receive per buffer and peer
     and one send per buffer and peer, straight from and into the arrays' memory (faster than
     ``Allgatherv`` for large buffers, and free of its ``int`` displacements). Returns each rank's
-    buffers; this rank's own are copies.
+    buffers; this rank's own are copies. Device buffers (a word's flag) are received into device
+    memory or pinned host memory, as this rank's path decides (:mod:`mpicomm.objects.devbufs`).
     """
-    per_rank: list[list[np.ndarray]] = [[] for _ in range(g.size())]
+    per_rank: list[list[Any]] = [[] for _ in range(g.size())]
     if not any(nbufs):
         return per_rank
-    mine = np.array([b.nbytes for b in buffers], I8)
-    flat = allgatherv(g, mine.view(U8), [8 * k for k in nbufs]).view(I8).tolist()
+    mine = np.array(words(buffers), I8)
+    flat, flags = split_words(allgatherv(g, mine.view(U8), [8 * k for k in nbufs]).view(I8).tolist())
     starts = displacements(nbufs)
     for r in range(g.size()):
         check_counts(fn, [], flat[starts[r] : starts[r] + nbufs[r]], r)
     check_counts(fn, [], flat, None)  # what the receivers hold in all; checked alike on every rank
-    receivers = range(g.size()) if root is None else [root]
-    comm, byte, requests = g.internal, _mpi.MPI.BYTE, []
-    if g.rank() in receivers:
-        for r in range(g.size()):
-            if r == g.rank():
-                per_rank[r] = _own_copy(buffers)
-                continue
-            per_rank[r] = [receive_buffer(s) for s in flat[starts[r] : starts[r] + nbufs[r]]]
-            requests += [comm.Irecv([p, byte], r, BUF_TAG) for b in per_rank[r] for p in pieces(b)]
-    sends = [as_bytes(b) for b in buffers]
-    for r in receivers:
-        if r != g.rank():
-            requests += [comm.Isend([p, byte], r, BUF_TAG) for b in sends for p in pieces(b)]
-    _mpi.MPI.Request.Waitall(requests)
-    return per_rank
+    me = g.rank()
+    receivers = [r for r in (range(g.size()) if root is None else [root]) if r != me]
+    comm, requests = g.internal, []
+    incoming: list[tuple[int, Incoming]] = []
+    outgoing = Outgoing(buffers) if receivers and buffers else None
+    try:
+        if root is None or root == me:
+            for r in range(g.size()):
+                if r == me:
+                    per_rank[r] = _own_copy(buffers)
+                    continue
+                part = slice(starts[r], starts[r] + nbufs[r])
+                incoming.append((r, Incoming(flat[part], flags[part], receive_buffer)))
+                requests += [comm.Irecv(spec(p), r, BUF_TAG) for b in incoming[-1][1].bufs for p in pieces(b)]
+        sends = [] if outgoing is None else outgoing.bufs
+        for r in receivers:
+            requests += [comm.Isend(spec(p), r, BUF_TAG) for b in sends for p in pieces(b)]
+        _mpi.MPI.Request.Waitall(requests)
+        for r, inc in incoming:
+            per_rank[r] = inc.finish()
+        return per_rank
+    finally:
+        if outgoing is not None:
+            outgoing.close()
+        for _, inc in incoming:
+            inc.drop()
 
 
 @collective("all_gather_object")
@@ -488,7 +512,7 @@ def scatter_object_list(
     kind, msg = problem or (0, "")
     row = np.empty(4, I8)
     streams: list[bytes] | None = None
-    buffers: list[list[memoryview]] = []
+    buffers: list[list[Any]] = []
     if g.rank() == root:
         rows, source_msg, streams, buffers = _scatter_source(g, scatter_object_input_list, fn, source)
         g.comm.Scatter(rows, row, root)
@@ -513,7 +537,7 @@ def scatter_object_list(
 
 def _scatter_source(
     g: ProcessGroup, inputs: object, fn: str, root: int
-) -> tuple[np.ndarray, str, list[bytes], list[list[memoryview]]]:
+) -> tuple[np.ndarray, str, list[bytes], list[list[Any]]]:
     """The source's rows (kind, stream bytes, buffer count, total stream bytes), error, streams, buffers.
 
     ``root`` is the source's world rank, for the messages.
@@ -537,23 +561,31 @@ def _scatter_source(
     return rows, "", streams, buffers
 
 
-def _scatter_buffers(g: ProcessGroup, buffers: list[list[memoryview]], count: int, root: int) -> list[Any]:
-    """Out-of-band buffers from the source to each rank: their sizes, then each buffer, point to point."""
+def _scatter_buffers(g: ProcessGroup, buffers: list[list[Any]], count: int, root: int) -> list[Any]:
+    """Out-of-band buffers from the source to each rank: their words, then each buffer, point to point."""
     comm = g.internal
     if g.rank() != root:
         if count == 0:
             return []
-        sizes = np.empty(count, I8)
-        comm.Recv([sizes, _mpi.MPI.INT64_T], root, TAG)
-        check_counts("scatter_object_list", [], sizes.tolist(), root)
-        got = [receive_buffer(int(s)) for s in sizes]
-        for b in got:
-            recv_bytes(comm, b, root)
-        return got
+        claimed = np.empty(count, I8)
+        comm.Recv([claimed, _mpi.MPI.INT64_T], root, TAG)
+        sizes, flags = split_words(claimed.tolist())
+        check_counts("scatter_object_list", [], sizes, root)
+        incoming = Incoming(sizes, flags, receive_buffer)
+        try:
+            for b in incoming.bufs:
+                recv_bytes(comm, b, root)
+            return incoming.finish()
+        finally:
+            incoming.drop()
     for r, bufs in enumerate(buffers):
         if r == root or not bufs:
             continue
-        comm.Send([np.array([b.nbytes for b in bufs], I8), _mpi.MPI.INT64_T], r, TAG)
-        for buf in bufs:
-            send_bytes(comm, as_bytes(buf), r)
+        comm.Send([np.array(words(bufs), I8), _mpi.MPI.INT64_T], r, TAG)
+        outgoing = Outgoing(bufs)
+        try:
+            for buf in outgoing.bufs:
+                send_bytes(comm, buf, r)
+        finally:
+            outgoing.close()
     return _own_copy(buffers[root])

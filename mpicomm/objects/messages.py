@@ -9,11 +9,9 @@ import numpy as np
 from ..core import validation
 from ..core.groups import ProcessGroup, resolve
 from ..errors import ArgumentError, ArgumentTypeError, MpicommError
+from .devbufs import own_copy, words
 from .pickling import check_device, describe, dumps, error_kind, is_safe_unpickling, loads, place
-from .wire import (
-    agree,
-    as_bytes,
-)
+from .wire import agree, as_bytes
 
 I8 = np.int64
 
@@ -64,15 +62,13 @@ def _agree(g: ProcessGroup, kind: int, msg: str, fatal: BaseException | None = N
         raise
 
 
-def _pickle(
-    objs: list[Any], fn: str, arg: str, rank: int
-) -> tuple[int, str, list[bytes], list[list[memoryview]]]:
+def _pickle(objs: list[Any], fn: str, arg: str, rank: int) -> tuple[int, str, list[bytes], list[list[Any]]]:
     """Pickle each object: (0, "", streams, buffers of each), or (kind, message, [], []) on a failure.
 
     ``rank`` is this rank's world rank, for the message.
     """
     streams: list[bytes] = []
-    buffers: list[list[memoryview]] = []
+    buffers: list[list[Any]] = []
     for i, obj in enumerate(objs):
         try:
             stream, bufs = dumps(obj)
@@ -106,18 +102,16 @@ def _unpickle(
     return 0, "", out, None
 
 
-def _own_copy(buffers: list[memoryview]) -> list[np.ndarray]:
-    """Copies of this rank's own buffers, so its unpickled copy never shares memory with the input."""
-    return [as_bytes(b).copy() for b in buffers]
+def _own_copy(buffers: list[Any]) -> list[Any]:
+    """Copies of this rank's own buffers (device ones on the device): never shared with the input."""
+    return [own_copy(b) for b in buffers]
 
 
-def _header(kind: int, streams: list[bytes], buffers: list[memoryview], stream_size: int) -> np.ndarray:
-    return np.array(
-        [kind, len(streams), stream_size, len(buffers), *map(len, streams), *(b.nbytes for b in buffers)], I8
-    )
+def _header(kind: int, streams: list[bytes], buffers: list[Any], stream_size: int) -> np.ndarray:
+    return np.array([kind, len(streams), stream_size, len(buffers), *map(len, streams), *words(buffers)], I8)
 
 
-def _message(kind: int, streams: list[bytes], buffers: list[memoryview], msg: str) -> tuple[np.ndarray, Any]:
+def _message(kind: int, streams: list[bytes], buffers: list[Any], msg: str) -> tuple[np.ndarray, Any]:
     """The header and the stream to send: the joined pickles, or the error message on failure."""
     if kind:
         text = msg.encode()
@@ -126,9 +120,7 @@ def _message(kind: int, streams: list[bytes], buffers: list[memoryview], msg: st
     return _header(0, streams, buffers, len(stream)), as_bytes(stream)
 
 
-def _pickle_list(
-    objs: Any, fn: str, rank: int, problem: Problem
-) -> tuple[int, str, list[bytes], list[memoryview]]:
+def _pickle_list(objs: Any, fn: str, rank: int, problem: Problem) -> tuple[int, str, list[bytes], list[Any]]:
     """Pickle a list to send (broadcast, send): an argument problem or an empty list is an error.
 
     Buffers are flattened; ``rank`` is this rank's world rank, for the message.

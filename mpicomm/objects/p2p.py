@@ -17,13 +17,13 @@ from ..core.control import MAX_TEXT, decode
 from ..core.groups import ProcessGroup, warn_non_member
 from ..dense.p2p import _peer
 from ..errors import ArgumentError
+from .devbufs import Incoming, Outgoing, split_words
 from .messages import _list_problem, _message, _pickle_list, _start, _unpickle
 from .pickling import ObjectCollectiveError
 from .wire import (
     I8,
     TAG,
     U8,
-    as_bytes,
     check_counts,
     check_header,
     raise_first,
@@ -97,8 +97,13 @@ def send_object_list(
     else:
         comm.Send([header.view(U8), byte], peer, P2P_TAG)
         send_bytes(comm, stream, peer, P2P_TAG)
-    for buf in buffers:
-        send_bytes(comm, as_bytes(buf), peer, P2P_TAG)
+    if buffers:
+        outgoing = Outgoing(buffers)
+        try:
+            for buf in outgoing.bufs:
+                send_bytes(comm, buf, peer, P2P_TAG)
+        finally:
+            outgoing.close()
     if kind:
         raise_first([(kind, msg)])
     return None
@@ -175,9 +180,15 @@ def recv_object_list(
     stream = first[hlen:] if count > hlen else receive_buffer(slen)
     if count <= hlen:
         recv_bytes(comm, stream, sender, P2P_TAG)
-    bufs = [receive_buffer(int(s)) for s in header[4 + n :]]
-    for b in bufs:
-        recv_bytes(comm, b, sender, P2P_TAG)
+    bufs: list[Any] = []
+    if nbufs:
+        incoming = Incoming(*split_words(header[4 + n :].tolist()), receive_buffer)
+        try:
+            for b in incoming.bufs:
+                recv_bytes(comm, b, sender, P2P_TAG)
+            bufs = incoming.finish()
+        finally:
+            incoming.drop()
     if kind:
         raise_first([(kind, decode(stream[:MAX_TEXT]))])
     if problem is not None:

@@ -10,8 +10,9 @@
 
 :func:`dumps` turns one object into a pickle stream and a list of out-of-band buffers: the memory of
 every contiguous numpy array of at least :data:`OUT_OF_BAND_MIN` bytes, sent as it lies instead of
-being copied into the stream. :func:`loads` rebuilds the object from the stream and the received
-buffers (arrays then live in the receive buffers, without another copy).
+being copied into the stream, and the device memory of every cupy array or torch CUDA tensor, whatever
+its size (:mod:`mpicomm.objects.devbufs` moves those). :func:`loads` rebuilds the object from the
+stream and the received buffers (arrays then live in the receive buffers, without another copy).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from ..errors import (
     ObjectCollectiveError,
     UnpicklingRefusedError,
 )
-from .tensors import reduce_tensor
+from .devbufs import flat_bytes
+from .tensors import KNOWN, device_args, device_tag, from_device, reduce_tensor
 from .unpickler import _ALLOWED, _Reader, _SafeUnpickler
 
 __all__ = [
@@ -52,14 +54,15 @@ __all__ = [
 OUT_OF_BAND_MIN = 64 << 10
 
 
-def dumps(obj: object) -> tuple[bytes, list[memoryview]]:
-    """Pickle ``obj`` with protocol 5; large contiguous buffers are kept out of the stream.
+def dumps(obj: object) -> tuple[bytes, list[Any]]:
+    """Pickle ``obj`` with protocol 5; large contiguous buffers and every device array kept out of the stream.
 
     Args:
         obj: Any picklable object.
 
     Returns:
-        The pickle stream and the out-of-band buffers, as flat byte memoryviews, in stream order.
+        The pickle stream and the out-of-band buffers in stream order: flat byte memoryviews (host
+        memory) and flat uint8 device arrays (the memory of cupy arrays, torch CUDA tensors, ...).
 
     Raises:
         Exception: whatever pickle raises for an object it cannot pickle (``TypeError``,
@@ -71,9 +74,14 @@ def dumps(obj: object) -> tuple[bytes, list[memoryview]]:
         >>> len(stream) < 1000, [b.nbytes for b in buffers]
         (True, [1048576])
     """
-    buffers: list[memoryview] = []
+    buffers: list[Any] = []
 
     def keep(buf: pickle.PickleBuffer) -> bool:
+        if pickler.devices:  # a device array's memory: always out of band, as device memory
+            device = pickler.devices.pop(id(buf), None)
+            if device is not None:
+                buffers.append(device[1])
+                return False
         raw = buf.raw()
         if raw.nbytes < OUT_OF_BAND_MIN:
             return True  # in the stream
@@ -81,15 +89,35 @@ def dumps(obj: object) -> tuple[bytes, list[memoryview]]:
         return False
 
     out = io.BytesIO()
-    _Pickler(out, protocol=5, buffer_callback=keep).dump(obj)
+    pickler = _Pickler(out, protocol=5, buffer_callback=keep)
+    pickler.dump(obj)
     return out.getvalue(), buffers
 
 
 class _Pickler(pickle.Pickler):
-    """Protocol 5 with dense CPU torch tensors reduced to numpy arrays (:mod:`mpicomm.objects.tensors`)."""
+    """Protocol 5: CPU torch tensors as numpy arrays, device arrays as marker buffers (see :func:`dumps`).
+
+    :func:`dumps` replaces each marker with the device array's memory (:mod:`mpicomm.objects.tensors`).
+    """
+
+    #: id(marker PickleBuffer) -> (marker, the device array's flat bytes); made on the first device array
+    devices: dict[int, tuple[pickle.PickleBuffer, Any]] | None = None
 
     def reducer_override(self, obj: Any) -> Any:
-        return reduce_tensor(obj)
+        if KNOWN.get(type(obj), "") is None:  # numpy arrays, dtypes, ...: neither torch nor device arrays
+            return NotImplemented
+        tag = device_tag(obj)
+        if tag is None:
+            return reduce_tensor(obj)
+        found = device_args(obj, tag)
+        if found is None:
+            return NotImplemented
+        arr, args = found
+        marker = pickle.PickleBuffer(bytearray(1))  # writable: loaded as the buffer object itself
+        if self.devices is None:
+            self.devices = {}
+        self.devices[id(marker)] = (marker, flat_bytes(arr))
+        return from_device, (marker, *args)
 
 
 def loads(stream: Any, buffers: Iterable[Any] = (), safe: bool | None = None) -> Any:

@@ -99,7 +99,7 @@ _ALLOWED: set[tuple[str, str]] = (
     | _numpy_names()
     | {("collections", n) for n in ("OrderedDict", "Counter", "deque", "defaultdict")}
     | {("datetime", n) for n in ("date", "datetime", "time", "timedelta", "timezone")}
-    | {("mpicomm.objects.tensors", "from_numpy")}
+    | {("mpicomm.objects.tensors", "from_numpy"), ("mpicomm.objects.tensors", "from_device")}
 )
 
 
@@ -505,6 +505,16 @@ def _tensor(u: _SafeUnpickler, func: Any, *args: object) -> Any:
     return func(*args)
 
 
+def _device(u: _SafeUnpickler, func: Any, *args: object) -> Any:
+    if len(args) != 5:
+        raise _refuse(f"a device array rebuilt from {len(args)} arguments; expected 5")
+    try:
+        tensors.check_device_args(*args)
+    except TypeError as exc:
+        raise _refuse(str(exc)) from None
+    return func(*args)
+
+
 def _numpy_calls() -> dict[int, tuple[Any, Any]]:
     """The rebuilding callables of numpy (under the numpy 1 and numpy 2 module names) and their checks.
 
@@ -512,6 +522,7 @@ def _numpy_calls() -> dict[int, tuple[Any, Any]]:
     """
     out: dict[int, tuple[Any, Any]] = {id(np.dtype): (np.dtype, _new_dtype)}
     out[id(tensors.from_numpy)] = (tensors.from_numpy, _tensor)
+    out[id(tensors.from_device)] = (tensors.from_device, _device)
     checks = {("multiarray", "_reconstruct"): _reconstruct, ("multiarray", "scalar"): _scalar}
     checks[("numeric", "_frombuffer")] = _frombuffer
     for core in ("numpy._core", "numpy.core"):

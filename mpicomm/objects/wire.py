@@ -17,6 +17,7 @@ import numpy as np
 from .. import _mpi
 from ..core.buffers import displacements
 from ..core.control import PAYLOAD_ENV, allgather_texts, decode, memory_bound
+from .devbufs import spec, split_words
 from .pickling import KINDS, ObjectCollectiveError
 
 if TYPE_CHECKING:
@@ -73,30 +74,27 @@ def receive_buffer(size: int) -> np.ndarray:
     return out
 
 
-def pieces(buf: np.ndarray) -> list[np.ndarray]:
-    """``buf`` cut into messages of at most CHUNK bytes."""
+def pieces(buf: Any) -> list[Any]:
+    """``buf`` (flat bytes, host or device) cut into messages of at most CHUNK bytes."""
     return [buf[i : i + CHUNK] for i in range(0, buf.size, CHUNK)]
 
 
-def bcast_bytes(comm: Any, buf: np.ndarray, root: int) -> None:
-    """Broadcast a flat uint8 buffer of a size every rank knows, in pieces of at most CHUNK bytes."""
-    byte = _mpi.MPI.BYTE
+def bcast_bytes(comm: Any, buf: Any, root: int) -> None:
+    """Broadcast a flat uint8 buffer (host or device) of a size every rank knows, in pieces <= CHUNK bytes."""
     for piece in pieces(buf):
-        comm.Bcast([piece, byte], root)
+        comm.Bcast(spec(piece), root)
 
 
-def send_bytes(comm: Any, buf: np.ndarray, dst: int, tag: int = TAG) -> None:
-    """Send a flat uint8 buffer in pieces (the receiver knows its size)."""
-    byte = _mpi.MPI.BYTE
+def send_bytes(comm: Any, buf: Any, dst: int, tag: int = TAG) -> None:
+    """Send a flat uint8 buffer (host or device) in pieces (the receiver knows its size)."""
     for piece in pieces(buf):
-        comm.Send([piece, byte], dst, tag)
+        comm.Send(spec(piece), dst, tag)
 
 
-def recv_bytes(comm: Any, buf: np.ndarray, src: int, tag: int = TAG) -> None:
-    """Receive what :func:`send_bytes` sent into ``buf``."""
-    byte = _mpi.MPI.BYTE
+def recv_bytes(comm: Any, buf: Any, src: int, tag: int = TAG) -> None:
+    """Receive what :func:`send_bytes` sent into ``buf`` (host or device)."""
     for piece in pieces(buf):
-        comm.Recv([piece, byte], src, tag)
+        comm.Recv(spec(piece), src, tag)
 
 
 def send_envelope(comm: Any, header: np.ndarray, stream: np.ndarray, root: int) -> None:
@@ -164,11 +162,15 @@ def check_counts(fn: str, counts: Sequence[int], sizes: Sequence[int], sender: i
 
 
 def check_header(fn: str, header: np.ndarray, sender: int) -> None:
-    """Check a whole object header (kind, n, stream bytes, buffer count, n sizes, buffer sizes)."""
+    """Check a whole object header (kind, n, stream bytes, buffer count, n sizes, buffer words).
+
+    A buffer word is ``2 * bytes + device flag`` (:func:`~mpicomm.objects.devbufs.word`).
+    """
     n, slen = int(header[1]), int(header[2])
-    sizes = header[4:].tolist()
-    check_counts(fn, [n, int(header[3])], [slen, *sizes], sender)
-    if header[0] == 0 and sum(sizes[:n]) != slen:
+    words = header[4:].tolist()
+    sizes, bufs = words[:n], words[n:]
+    check_counts(fn, [n, int(header[3])], [slen, *sizes, *(split_words(bufs)[0] if bufs else ())], sender)
+    if header[0] == 0 and sum(sizes) != slen:
         raise ObjectCollectiveError(
             f"{fn}: group rank {sender} claims objects of {sizes[:n]} bytes; expected them to sum to {slen}, "
             "the stream's size (a corrupted message)"

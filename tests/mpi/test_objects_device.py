@@ -1,10 +1,13 @@
-"""cupy arrays inside object collectives over real MPI, with the fake cupy (tests/fakecupy) active.
+"""Device arrays inside object collectives over real MPI, with the fake cupy (tests/fakecupy) active.
 
 Every rank builds every rank's objects from a shared seed (numpy), puts them on the "device", runs
 the call and checks that what it received are cupy arrays on its current device with the reference
-contents: nested, several, zero-size, non-contiguous, every plain dtype, small (in the stream) and
-large (out of band), safe mode on and off. The fake proves plumbing and stream order, never GPU
-behaviour (tests/gpu/test_objects_gpu.py does that on a GPU).
+contents: nested, several, zero-size, non-contiguous, every plain dtype, small and large, safe mode
+on and off, on the staged path (``MPICOMM_CUDA_AWARE=0``), the direct path (``=1``: the MPICH wheel
+carries the fake's host pointers as a CUDA-aware MPI would carry device pointers) and with ranks
+mixing the two. Every device array travels out of band as device memory: its bytes are never in the
+pickle stream, and on the direct path no byte crosses to the host. The fake proves plumbing and
+stream order, never GPU behaviour (tests/gpu/test_objects_gpu.py does that on a GPU).
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from typing import Any
 import fakecupy
 import numpy as np
 import pytest
+from standin import ForeignDeviceArray
 
 import mpicomm
-from mpicomm import UnpicklingRefusedError
+from mpicomm import ObjectCollectiveError, UnpicklingRefusedError
+from mpicomm.core import control
+from mpicomm.gpu import cuda_aware, staged
 from mpicomm.objects import tensors
 from mpicomm.objects.pickling import OUT_OF_BAND_MIN, dumps, loads
 
@@ -40,6 +46,19 @@ DTYPES = [
 def cp() -> Iterator[Any]:
     """The fake cupy, active for each test."""
     yield from fakecupy.fixture()
+
+
+@pytest.fixture(params=["staged", "direct", "mixed"])
+def path(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, world: mpicomm.ProcessGroup
+) -> Iterator[str]:
+    """Each call on the staged path, the direct path, and mixed (rank 0 direct, the others staged)."""
+    direct = request.param == "direct" or (request.param == "mixed" and world.rank() == 0)
+    monkeypatch.setenv("MPICOMM_CUDA_AWARE", "1" if direct else "0")
+    cuda_aware.reset_cuda_awareness()
+    yield str(request.param)
+    cuda_aware.reset_cuda_awareness()
+    assert staged.pool().stats().bytes_in_use == 0  # every pinned buffer given back
 
 
 @pytest.fixture(params=[True, False], ids=["safe", "unsafe"])
@@ -93,7 +112,7 @@ def check(cp: Any, got: Any, want: Any) -> None:
 
 
 def test_broadcast_object_list_rebuilds_cupy_arrays_on_every_rank(
-    cp: Any, safe: bool, world: mpicomm.ProcessGroup
+    cp: Any, safe: bool, path: str, world: mpicomm.ProcessGroup
 ) -> None:
     r, src = world.rank(), world.size() - 1
     objs = [on_device(cp, host_object(src)), "text", [cp.arange(3)]] if r == src else [None] * 3
@@ -105,7 +124,7 @@ def test_broadcast_object_list_rebuilds_cupy_arrays_on_every_rank(
 
 
 def test_all_gather_object_gives_every_rank_every_ranks_arrays(
-    cp: Any, safe: bool, world: mpicomm.ProcessGroup
+    cp: Any, safe: bool, path: str, world: mpicomm.ProcessGroup
 ) -> None:
     out: list[Any] = [None] * world.size()
     mpicomm.all_gather_object(out, on_device(cp, host_object(world.rank())), safe=safe)
@@ -114,47 +133,110 @@ def test_all_gather_object_gives_every_rank_every_ranks_arrays(
 
 
 def test_gather_and_scatter_objects_carry_cupy_arrays(
-    cp: Any, safe: bool, world: mpicomm.ProcessGroup
+    cp: Any, safe: bool, path: str, world: mpicomm.ProcessGroup
 ) -> None:
     r, n = world.rank(), world.size()
-    gathered: list[Any] | None = [None] * n if r == 0 else None
-    mpicomm.gather_object(on_device(cp, host_object(r)), gathered, dst=0, safe=safe)
+    root = n - 1  # on the mixed path the root is staged and rank 0 direct (or both rank 0 at 1 rank)
+    gathered: list[Any] | None = [None] * n if r == root else None
+    mpicomm.gather_object(on_device(cp, host_object(r)), gathered, dst=root, safe=safe)
     if gathered is not None:
         for s in range(n):
             check(cp, gathered[s], host_object(s))
-    out: list[Any] = [None]
-    inputs = [on_device(cp, host_object(s)) for s in range(n)] if r == 0 else None
-    mpicomm.scatter_object_list(out, inputs, src=0, safe=safe)
-    check(cp, out[0], host_object(r))
+    for src in {0, root}:  # a direct source and a staged one
+        out: list[Any] = [None]
+        inputs = [on_device(cp, host_object(s)) for s in range(n)] if r == src else None
+        mpicomm.scatter_object_list(out, inputs, src=src, safe=safe)
+        check(cp, out[0], host_object(r))
 
 
 @pytest.mark.mpi(min_size=2)
 def test_send_and_recv_object_list_carry_cupy_arrays(
-    cp: Any, safe: bool, world: mpicomm.ProcessGroup
+    cp: Any, safe: bool, path: str, world: mpicomm.ProcessGroup
 ) -> None:
     r, n = world.rank(), world.size()
-    if r == 0:
-        mpicomm.send_object_list([on_device(cp, host_object(0)), cp.ones(2)], dst=n - 1)
-    elif r == n - 1:
-        got: list[Any] = [None, None]
-        assert mpicomm.recv_object_list(got, src=0, safe=safe) == 0
-        check(cp, got, [host_object(0), np.ones(2)])
+    for a, b in ((0, n - 1), (n - 1, 0)):  # mixed: direct to staged, then staged to direct
+        if r == a:
+            mpicomm.send_object_list([on_device(cp, host_object(a)), cp.ones(2)], dst=b)
+        elif r == b:
+            got: list[Any] = [None, None]
+            assert mpicomm.recv_object_list(got, src=a, safe=safe) == a
+            check(cp, got, [host_object(a), np.ones(2)])
 
 
-def test_a_kernel_still_queued_when_the_call_starts_is_seen(cp: Any, world: mpicomm.ProcessGroup) -> None:
-    """The source's array is written by work on its current stream that has not run yet."""
+def test_a_kernel_still_queued_when_the_call_starts_is_seen(
+    cp: Any, path: str, world: mpicomm.ProcessGroup
+) -> None:
+    """The sender's arrays are written by work on its current stream that has not run yet."""
     big = np.arange(OUT_OF_BAND_MIN // 4, dtype=np.float32)
     x, y = cp.zeros(big.shape, cp.float32), cp.zeros(3, cp.int64)
     cp._fake.later(x, big)
     cp._fake.later(y, [7, 8, 9])
     out: list[Any] = [None] * world.size()
-    mpicomm.all_gather_object(out, {"x": x, "y": y})
+    mpicomm.all_gather_object(out, {"x": x, "y": y, "view": x[::3]})
     for got in out:
-        check(cp, got, {"x": big, "y": np.array([7, 8, 9])})
+        check(cp, got, {"x": big, "y": np.array([7, 8, 9]), "view": big[::3]})
+    z = cp.zeros(5, cp.int16)
+    cp._fake.later(z, np.arange(5))
+    objs = [{"z": z}] if world.rank() == 0 else [None]
+    mpicomm.broadcast_object_list(objs, src=0)
+    check(cp, objs[0], {"z": np.arange(5, dtype=np.int16)})
+
+
+def test_foreign_device_arrays_come_back_as_cupy_arrays(
+    cp: Any, safe: bool, path: str, world: mpicomm.ProcessGroup
+) -> None:
+    """Arrays that expose only ``__cuda_array_interface__`` (a torch CUDA tensor's stand-in)."""
+    r, n = world.rank(), world.size()
+    rng = np.random.default_rng(7)
+    want = [rng.random((4, 3)) + s for s in range(n)]
+    out: list[Any] = [None] * n
+    mine = [ForeignDeviceArray(want[r].copy()), ForeignDeviceArray(want[r][:, 1])]  # one contiguous, one not
+    mpicomm.all_gather_object(out, mine, safe=safe)
+    for s in range(n):
+        check(cp, out[s], [want[s], want[s][:, 1]])
+
+
+def test_the_direct_path_moves_no_array_byte_through_the_host_or_the_stream(
+    cp: Any, monkeypatch: pytest.MonkeyPatch, world: mpicomm.ProcessGroup
+) -> None:
+    monkeypatch.setenv("MPICOMM_CUDA_AWARE", "1")
+    cuda_aware.reset_cuda_awareness()
+    r, n = world.rank(), world.size()
+    marks = [np.full(OUT_OF_BAND_MIN // 8 + 3, 1234.5 + s) for s in range(n)]
+    copies: list[int] = []
+    real = cp.cuda.runtime.memcpyAsync
+
+    def counted(dst: int, src: int, size: int, kind: int, stream: int) -> None:
+        copies.append(kind)
+        real(dst, src, size, kind, stream)
+
+    device = [cp.asarray(m) for m in marks]
+    word = np.array([0x5A5A5A5A5A5A5A5A], np.int64)
+    small = cp.asarray(word)
+    monkeypatch.setattr(cp.cuda.runtime, "memcpyAsync", counted)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        pytest.fail("a device array was copied to the host")
+
+    monkeypatch.setattr(cp.ndarray, "get", refuse)
+    monkeypatch.setattr(cp, "asnumpy", refuse)
+    stream, buffers = dumps({"x": device[r], "s": small})
+    assert marks[r].tobytes()[:64] not in stream and word.tobytes() not in stream
+    assert all(not isinstance(b, memoryview) for b in buffers)
+    out: list[Any] = [None] * n
+    mpicomm.all_gather_object(out, {"x": device[r], "s": small})
+    objs = [{"x": device[r]}] if r == 0 else [None]
+    mpicomm.broadcast_object_list(objs, src=0)
+    assert copies.count(1) == 0 and copies.count(2) == 0  # no host-to-device or device-to-host copy
+    monkeypatch.undo()
+    cuda_aware.reset_cuda_awareness()
+    for s in range(n):
+        check(cp, out[s], {"x": marks[s], "s": np.array([0x5A5A5A5A5A5A5A5A], np.int64)})
+    check(cp, objs[0], {"x": marks[0]})
 
 
 def test_arrays_come_back_on_the_receivers_current_device(
-    cp: Any, monkeypatch: pytest.MonkeyPatch, world: mpicomm.ProcessGroup
+    cp: Any, monkeypatch: pytest.MonkeyPatch, path: str, world: mpicomm.ProcessGroup
 ) -> None:
     monkeypatch.setenv("FAKECUPY_DEVICE_COUNT", "2")
     mine = world.rank() % 2
@@ -166,25 +248,38 @@ def test_arrays_come_back_on_the_receivers_current_device(
             assert got.get().tolist() == [s, s + 1, s + 2, s + 3]
 
 
-def test_device_cpu_gives_numpy_arrays(cp: Any, world: mpicomm.ProcessGroup) -> None:
+def test_device_cpu_gives_numpy_arrays(cp: Any, path: str, world: mpicomm.ProcessGroup) -> None:
     out: list[Any] = [None] * world.size()
     mpicomm.all_gather_object(out, {"a": cp.arange(3) * world.rank()}, device="cpu")
     for s, got in enumerate(out):
         assert type(got["a"]) is np.ndarray and got["a"].tolist() == [0, s, 2 * s]
 
 
+def test_a_device_array_claim_past_the_payload_cap_is_refused_everywhere(
+    cp: Any, monkeypatch: pytest.MonkeyPatch, world: mpicomm.ProcessGroup
+) -> None:
+    """Device buffers count against MPICOMM_MAX_PAYLOAD like host ones, before anything is allocated."""
+    monkeypatch.setattr(control._Cap, "value", OUT_OF_BAND_MIN)  # MPICOMM_MAX_PAYLOAD, read once
+    out: list[Any] = [None] * world.size()
+    with pytest.raises(ObjectCollectiveError, match="MPICOMM_MAX_PAYLOAD"):
+        mpicomm.all_gather_object(out, cp.zeros(OUT_OF_BAND_MIN + 1, cp.uint8))
+
+
 # --------------------------------------------------------------------------------------------------
 # the pickle itself: out of band, and what safe mode lets through
 
 
-def test_large_cupy_arrays_travel_out_of_band_small_ones_in_the_stream(cp: Any) -> None:
+def test_every_device_array_travels_out_of_band_never_in_the_stream(cp: Any) -> None:
     big = np.arange(OUT_OF_BAND_MIN // 8, dtype=np.float64)
-    stream, buffers = dumps({"big": cp.asarray(big), "small": cp.arange(4)})
-    assert [b.nbytes for b in buffers] == [big.nbytes]
-    assert big.tobytes()[:64] not in stream and len(stream) < 1000
+    small = np.array([0x1122334455667788, 7], np.int64)
+    stream, buffers = dumps({"big": cp.asarray(big), "small": cp.asarray(small), "none": cp.zeros((0, 2))})
+    assert [b.nbytes for b in buffers] == [big.nbytes, small.nbytes, 0]
+    assert big.tobytes()[:64] not in stream and small.tobytes()[:8] not in stream and len(stream) < 1000
     got = loads(stream, buffers, safe=True)
     assert isinstance(got["big"], cp.ndarray) and isinstance(got["small"], cp.ndarray)
     np.testing.assert_array_equal(got["big"].get(), big)
+    np.testing.assert_array_equal(got["small"].get(), small)
+    assert got["none"].shape == (0, 2)
 
 
 class Reduce:
@@ -198,19 +293,102 @@ class Reduce:
 
 
 def test_safe_mode_rebuilds_only_with_checked_arguments(cp: Any) -> None:
-    good = pickle.dumps(Reduce(tensors.from_numpy, (np.arange(3), tensors.CUPY, False)))
-    assert isinstance(loads(good, safe=True), cp.ndarray)
+    def stream(*args: Any) -> bytes:
+        marker = pickle.PickleBuffer(bytearray(1))  # out of band: loaded as the buffer the list gives
+        return pickle.dumps(
+            Reduce(tensors.from_device, (marker, *args)), protocol=5, buffer_callback=lambda b: False
+        )
+
+    def load(*args: Any) -> Any:
+        return loads(stream(*args), [cp.zeros(24, cp.uint8)], safe=True)
+
+    assert load("<f8", (3,), tensors.CUPY, False).shape == (3,)
     forged = [
-        (np.arange(3), tensors.CUPY, True),  # requires_grad on a cupy array
-        (np.array(["a"]), tensors.CUPY, False),  # not numbers
-        (np.arange(3), "cupy.cuda", False),  # an unknown tag
-        ([1, 2], tensors.CUPY, False),  # not an array
+        ("<f8", (3,), tensors.CUPY, True),  # requires_grad on a cupy array
+        ("<f8", (4,), tensors.CUPY, False),  # more elements than the buffer holds
+        ("<f8", (2,), tensors.CUPY, False),  # fewer
+        ("|O", (3,), tensors.CUPY, False),  # Python objects
+        ("<U3", (2,), tensors.CUPY, False),  # not numbers
+        ("<f8", (3,), "cupy.cuda", False),  # an unknown tag
+        ("<f8", [3], tensors.CUPY, False),  # not a tuple
+        ("<f8", (-3, -1), tensors.CUPY, False),  # negative sizes
+        ("<f8", (3,) + (1,) * 70, tensors.CUPY, False),  # too many dimensions
+        ("<f8", (3,), tensors.CUPY),  # a missing argument
     ]
     for args in forged:
         with pytest.raises(UnpicklingRefusedError, match="safe mode refused"):
-            loads(pickle.dumps(Reduce(tensors.from_numpy, args)), safe=True)
+            load(*args)
+    with pytest.raises(UnpicklingRefusedError, match="safe mode refused"):  # a host buffer, not a device one
+        loads(stream("<f8", (3,), tensors.CUPY, False), [np.zeros(24, np.uint8)], safe=True)
+    with pytest.raises(UnpicklingRefusedError, match="safe mode refused"):  # a device array, not bytes
+        loads(stream("<f8", (3,), tensors.CUPY, False), [cp.zeros(3, cp.float64)], safe=True)
+    with pytest.raises(UnpicklingRefusedError, match="safe mode refused"):  # a numpy array, not a buffer
+        loads(
+            pickle.dumps(Reduce(tensors.from_device, (np.zeros(24, np.uint8), "<f8", (3,), "cupy", False))),
+            safe=True,
+        )
 
 
 def test_cupy_arrays_of_other_dtypes_keep_cupys_pickling(cp: Any) -> None:
     assert tensors.reduce_tensor(cp.zeros(2, dtype=[("a", "i4")])) is NotImplemented
     assert tensors.reduce_tensor(np.zeros(2)) is NotImplemented
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("claim", [2 * 2**50 + 1, -3], ids=["huge-device-buffer", "negative-word"])
+def test_a_forged_device_buffer_size_is_refused_before_anything_is_allocated(
+    cp: Any, claim: int, path: str, world: mpicomm.ProcessGroup
+) -> None:
+    """A header word that claims a device buffer past the payload cap (or a negative one) is refused."""
+    from mpi4py import MPI
+
+    from mpicomm.objects.p2p import P2P_TAG
+
+    stream, _ = dumps(0)
+    if world.rank() == 0:
+        header = np.array([0, 1, len(stream), 1, len(stream), claim], np.int64)
+        message = np.concatenate([header.view(np.uint8), np.frombuffer(stream, np.uint8)])
+        world.internal.Send([message, MPI.BYTE], 1, P2P_TAG)
+    elif world.rank() == 1:
+        used = cp.get_default_memory_pool().used_bytes()
+        with pytest.raises(ObjectCollectiveError, match="group rank 0"):
+            mpicomm.recv_object_list([None], src=0)
+        assert cp.get_default_memory_pool().used_bytes() == used
+    MPI.COMM_WORLD.Barrier()
+
+
+def test_a_receiver_that_cannot_hold_device_arrays_fails_on_every_rank_without_a_hang(
+    cp: Any, monkeypatch: pytest.MonkeyPatch, path: str, world: mpicomm.ProcessGroup
+) -> None:
+    """A rank whose GPU backend fails receives into host memory, and every rank raises the same error."""
+    from mpicomm.objects.devbufs import Hooks
+
+    if world.rank() == world.size() - 1 and world.size() > 1:
+
+        def broken() -> Any:
+            raise RuntimeError("no GPU here")
+
+        monkeypatch.setattr(Hooks, "backend", broken)
+    objs = [{"x": cp.arange(5)}] if world.rank() == 0 else [None]
+    if world.size() == 1:
+        mpicomm.broadcast_object_list(objs, src=0)
+        return
+    with pytest.raises(ObjectCollectiveError, match="expected a received device buffer"):
+        mpicomm.broadcast_object_list(objs, src=0)
+
+
+def test_ranks_may_mix_host_and_device_arrays_in_one_call(
+    cp: Any, safe: bool, path: str, world: mpicomm.ProcessGroup
+) -> None:
+    """Even ranks send cupy arrays, odd ranks numpy arrays: each buffer's flag says where it goes."""
+    r, n = world.rank(), world.size()
+    want = [host_object(s) for s in range(n)]
+    mine = on_device(cp, want[r]) if r % 2 == 0 else want[r]
+    out: list[Any] = [None] * n
+    mpicomm.all_gather_object(out, mine, safe=safe)
+    for s in range(n):
+        if s % 2 == 0:
+            check(cp, out[s], want[s])
+        else:
+            assert type(out[s]["nested"]["big"]) is np.ndarray
+            np.testing.assert_array_equal(out[s]["nested"]["big"], want[s]["nested"]["big"])
