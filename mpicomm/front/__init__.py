@@ -12,6 +12,8 @@
 - ``kinds``: what an array is (numpy, torch, cupy, ``__array_interface__``,
   ``__cuda_array_interface__``, DLPack) and its zero-copy view; imports neither torch nor cupy.
 - ``device``: device arrays to the direct (CUDA-aware MPI) or staged (pinned host) path.
+- ``objects``: the GPU hooks of the object collectives (device arrays inside objects travel as
+  device buffers, direct or staged), filled in at import.
 
 May import: the data paths (``mpicomm.dense``, ``mpicomm.jagged``, ``mpicomm.objects``,
 ``mpicomm.gpu``), ``mpicomm.core``, ``mpicomm.errors``. Nothing above it imports it but
