@@ -12,9 +12,9 @@ correct call sees alike: the entry sizes (an ``all_gather``'s list holds every r
 ``all_gather`` and ``reduce_scatter`` serve a common call (world group, blocking,
 validation off, C-contiguous numpy entries that share no memory) before any other check and return
 False for every other call; the general path checks it and then calls
-:func:`mpicomm.dense.placed.all_gather` or ``reduce_scatter_small`` when :func:`small` says so,
-whatever the layouts. (``gather`` and ``scatter`` always make one v-collective: see
-:mod:`mpicomm.dense.placed`.)
+:func:`mpicomm.dense.placed.all_gather` when every entry is at most :data:`SMALL` bytes (uneven
+sizes included), or ``reduce_scatter_small`` when :func:`small` says so, whatever the layouts.
+(``gather`` and ``scatter`` always make one v-collective: see :mod:`mpicomm.dense.placed`.)
 """
 
 from __future__ import annotations

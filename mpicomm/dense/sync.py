@@ -156,7 +156,9 @@ def timed_barrier(g: ProcessGroup, seconds: float, validated: bool = False) -> N
 
     def wait(request: Any) -> None:
         if not wait_until([request], deadline)[0]:
-            _ABANDONED.append(request)  # MPI may still write its buffers: keep them alive
+            # MPI may still write its buffers: keep them alive (those completed since are let go)
+            _ABANDONED[:] = [r for r in _ABANDONED if not r.Test()]
+            _ABANDONED.append(request)
             raise CommunicationError(
                 f"barrier: not every rank of group {g.name} (world ranks {g.ranks}) entered within "
                 f"{seconds:g} s; expected all of them (Timed out after {seconds:g} s; monitored_barrier "
