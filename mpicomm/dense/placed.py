@@ -117,10 +117,52 @@ def entries(xs: Any, size: int, dt: Any, n: int, write: bool, owners: set[int], 
     return True
 
 
+def _addresses(xs: Any, size: int, dt: Any, n: int, write: bool) -> list[int] | None:
+    """The addresses of ``xs`` if it is a list of ``size`` plain numpy arrays of ``n`` > 0 elements.
+
+    Plain: C-contiguous, writeable if ``write``, of the dtype whose cached MPI datatype is ``dt``.
+    """
+    if type(xs) is not list or len(xs) != size or n == 0:
+        return None
+    address, types = _mpi.MPI.Get_address, _DATATYPES
+    found = []
+    for x in xs:
+        if type(x) is not np.ndarray or x.size != n:
+            return None
+        flags = x.flags
+        if not flags.c_contiguous or (write and not flags.writeable) or types.get(x.dtype) is not dt:
+            return None
+        found.append(address(x))
+    return found
+
+
+def _reach(
+    addresses: list[int], apart: list[int], nbytes: int, itemsize: int
+) -> tuple[int, list[int]] | None:
+    """The lowest entry's index and each entry's displacement from it, in elements; or None.
+
+    None when two of ``apart`` (start addresses of spans ``nbytes`` long) overlap, or a displacement
+    is not a whole number of elements or does not fit a C int.
+    """
+    ordered = sorted(apart)
+    for i in range(1, len(ordered)):
+        if ordered[i] - ordered[i - 1] < nbytes:
+            return None
+    low = min(addresses)
+    displs = []
+    for a in addresses:
+        d, rest = divmod(a - low, itemsize)
+        if rest or d > INT_MAX:
+            return None
+        displs.append(d)
+    return addresses.index(low), displs
+
+
 def gather_fast(w: ProcessGroup, x: Any, outs: Any, dst: Any) -> bool:
     """Serve a common ``gather`` (world group, blocking, validation off, plain numpy), or return False.
 
-    The root's entries must have this rank's size (a call with uneven sizes takes the general path).
+    The root's entries must have this rank's size (a call with uneven sizes takes the general path)
+    and share no memory with each other or the input (else the general path sorts it out).
     """
     root = 0 if dst is None else dst
     dt = fast.dt_in(x)
@@ -131,18 +173,22 @@ def gather_fast(w: ProcessGroup, x: Any, outs: Any, dst: Any) -> bool:
             return False
         w.comm.Gatherv([x, dt], None, root)
         return True
-    owners: set[int] = set()
-    if not entries(outs, w._size, dt, x.size, True, owners) or not entries([x], 1, dt, x.size, False, owners):
+    found = _addresses(outs, w._size, dt, x.size, True)
+    if found is None:
         return False
-    placed = spread(outs)
+    placed = _reach(found, [*found, _mpi.MPI.Get_address(x)], x.nbytes, x.itemsize)
     if placed is None:
         return False
-    w.comm.Gatherv([x, dt], [placed[0], ([x.size] * w._size, placed[1]), dt], root)
+    w.comm.Gatherv([x, dt], [outs[placed[0]], ([x.size] * w._size, placed[1]), dt], root)
     return True
 
 
 def scatter_fast(w: ProcessGroup, out: Any, ins: Any, src: Any) -> bool:
-    """Serve a common ``scatter`` (world group, blocking, validation off, plain numpy), or return False."""
+    """Serve a common ``scatter`` (world group, blocking, validation off, plain numpy), or return False.
+
+    The root's entries must have this rank's size and ``out`` must share no memory with them (the
+    entries may share memory with each other: they are only read).
+    """
     root = 0 if src is None else src
     dt = fast.dt_out(out)
     if dt is None or type(root) is not int or not 0 <= root < w._size:
@@ -152,15 +198,17 @@ def scatter_fast(w: ProcessGroup, out: Any, ins: Any, src: Any) -> bool:
             return False
         w.comm.Scatterv(None, [out, dt], root)
         return True
-    owners: set[int] = set()
-    if not entries([out], 1, dt, out.size, True, owners) or not entries(
-        ins, w._size, dt, out.size, False, owners
-    ):
+    found = _addresses(ins, w._size, dt, out.size, False)
+    if found is None:
         return False
-    placed = spread(ins)
+    own = _mpi.MPI.Get_address(out)
+    nbytes = out.nbytes
+    if any(a - nbytes < own < a + nbytes for a in found):
+        return False
+    placed = _reach(found, [], nbytes, out.itemsize)
     if placed is None:
         return False
-    w.comm.Scatterv([placed[0], ([out.size] * w._size, placed[1]), dt], [out, dt], root)
+    w.comm.Scatterv([ins[placed[0]], ([out.size] * w._size, placed[1]), dt], [out, dt], root)
     return True
 
 
