@@ -34,6 +34,7 @@ from ..gpu.cuda_aware import cuda_awareness
 from ..gpu.staged import StagedWork, Staging
 from ..jagged import exchange, keyed, kjt
 from ..jagged.device import is_device, namespace, segment_index
+from ..objects.devbufs import CudaBuffer
 from . import kinds
 from .device import PATHS
 
@@ -148,7 +149,7 @@ class _DevicePath:
         if direct:
             be.current_stream().synchronize()  # mpi4py hands the pointers over without waiting
             call.a2a._moves(
-                call.send, call.recv, call.received, call.sent, _each(_Cuda, src), _each(_Cuda, dst)
+                call.send, call.recv, call.received, call.sent, _each(CudaBuffer, src), _each(CudaBuffer, dst)
             )
             PATHS[_FN, "direct"] += 1
             return _recat_later(call, dst)
@@ -174,19 +175,6 @@ class _DevicePath:
             stage.upload()
             return _recat_later(call, dst) if not placed else _placed(call, dst, None)
         return _placed(call, dst, (inner._work, stage))
-
-
-class _Cuda:
-    """A device array as MPI takes it: its ``__cuda_array_interface__`` only (a device pointer).
-
-    mpi4py reads the CUDA array interface of any object; handing it this one alone keeps every
-    device array kind on the same, simplest protocol (no DLPack capsule to negotiate).
-    """
-
-    __slots__ = ("__cuda_array_interface__",)
-
-    def __init__(self, x: Any) -> None:
-        self.__cuda_array_interface__ = x.__cuda_array_interface__
 
 
 def _each(f: Any, xs: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
@@ -287,5 +275,5 @@ def jagged_all_to_all_direct(
     if is_device(values) and is_device(lengths):
         values, lengths = be.contiguous(values), be.contiguous(lengths)
     return exchange.jagged_all_to_all_direct(
-        values, lengths, send_splits, group, _Cuda, lambda: be.current_stream().synchronize()
+        values, lengths, send_splits, group, CudaBuffer, lambda: be.current_stream().synchronize()
     )

@@ -24,50 +24,42 @@ from typing import Any
 
 import numpy as np
 
-from .. import _mpi
 from ..core.buffers import displacements
 from ..core.calls import collective
 from ..core.control import MAX_TEXT, bcast_text, decode
 from ..core.groups import ProcessGroup, root_rank, warn_non_member
-from .devbufs import Incoming, Outgoing, spec, split_words, words
+from .devbufs import Incoming, Outgoing, split_words
 from .messages import (
     I8,
     Problem,
     _agree,
     _list_problem,
-    _message,
-    _own_copy,
     _pickle,
     _pickle_list,
+    _ready,
+    _received,
+    _stage,
     _start,
     _unpickle,
     _validate,
 )
+from .moves import _buffer_rounds, _scatter_buffers, _scatter_source
 from .wire import (
-    TAG,
-    U8,
     agree,
     allgatherv,
     as_bytes,
     bcast_bytes,
     check_counts,
     gatherv,
-    pieces,
     raise_first,
     raise_reports,
     receive_buffer,
-    recv_bytes,
     recv_envelope,
     scatterv,
-    send_bytes,
     send_envelope,
 )
 
 __all__ = ["all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list"]
-
-
-#: Tag of the out-of-band buffers of the gathers on the group's internal communicator.
-BUF_TAG = TAG + 2
 
 
 @collective("broadcast_object_list")
@@ -134,14 +126,13 @@ def broadcast_object_list(
     me, source = g.ranks[g.rank()], g.ranks[root]
     if g.rank() == root:
         kind, msg, streams, buffers = _pickle_list(object_list, fn, source, problem)
-        header, stream = _message(kind, streams, buffers, msg)
-        send_envelope(g.comm, header, stream, root)
-        if buffers:
-            outgoing = Outgoing(buffers)
-            try:
-                for buf in outgoing.bufs:
-                    bcast_bytes(g.comm, buf, root)
-            finally:
+        kind, msg, header, stream, outgoing = _ready(kind, msg, streams, buffers, fn, g)
+        try:
+            send_envelope(g.comm, header, stream, root)
+            for buf in [] if outgoing is None else outgoing.bufs:
+                bcast_bytes(g.comm, buf, root)
+        finally:
+            if outgoing is not None:
                 outgoing.close()
         if kind:
             raise_first([(kind, msg)])
@@ -152,18 +143,22 @@ def broadcast_object_list(
     if kind:
         raise_first([(kind, decode(stream[:MAX_TEXT]))])
     bufs: list[Any] = []
+    msg = ""
     if header.size > 4 + n:
         incoming = Incoming(*split_words(header[4 + n :].tolist()), receive_buffer)
         try:
             for b in incoming.bufs:  # taken part in even with a problem here, so the source is not stuck
                 bcast_bytes(g.comm, b, root)
-            bufs = incoming.finish()
-        finally:
+        except BaseException:
             incoming.drop()
+            raise
+        bufs, kind, msg = _received(incoming, fn, me)  # kind != 0: no device buffers here
     got: list[Any] = []
     fatal = None
     if problem is not None:
         kind, msg = problem
+    elif kind:
+        got = []
     elif len(object_list) != n:
         kind = 1
         msg = (
@@ -184,54 +179,6 @@ def _pickle_one(obj: Any, fn: str, rank: int, problem: Problem) -> tuple[int, st
         return problem[0], problem[1], b"", []
     kind, msg, streams, buffers = _pickle([obj], fn, "obj", rank)
     return kind, msg, (streams[0] if streams else b""), (buffers[0] if buffers else [])
-
-
-def _buffer_rounds(
-    g: ProcessGroup, buffers: list[Any], nbufs: list[int], root: int | None, fn: str
-) -> list[list[Any]]:
-    """Move every rank's out-of-band buffers to ``root`` (to every rank for ``None``).
-
-    One small ``Allgatherv`` of the buffer sizes, then one non-blocking receive per buffer and peer
-    and one send per buffer and peer, straight from and into the arrays' memory (faster than
-    ``Allgatherv`` for large buffers, and free of its ``int`` displacements). Returns each rank's
-    buffers; this rank's own are copies. Device buffers (a word's flag) are received into device
-    memory or pinned host memory, as this rank's path decides (:mod:`mpicomm.objects.devbufs`).
-    """
-    per_rank: list[list[Any]] = [[] for _ in range(g.size())]
-    if not any(nbufs):
-        return per_rank
-    mine = np.array(words(buffers), I8)
-    flat, flags = split_words(allgatherv(g, mine.view(U8), [8 * k for k in nbufs]).view(I8).tolist())
-    starts = displacements(nbufs)
-    for r in range(g.size()):
-        check_counts(fn, [], flat[starts[r] : starts[r] + nbufs[r]], r)
-    check_counts(fn, [], flat, None)  # what the receivers hold in all; checked alike on every rank
-    me = g.rank()
-    receivers = [r for r in (range(g.size()) if root is None else [root]) if r != me]
-    comm, requests = g.internal, []
-    incoming: list[tuple[int, Incoming]] = []
-    outgoing = Outgoing(buffers) if receivers and buffers else None
-    try:
-        if root is None or root == me:
-            for r in range(g.size()):
-                if r == me:
-                    per_rank[r] = _own_copy(buffers)
-                    continue
-                part = slice(starts[r], starts[r] + nbufs[r])
-                incoming.append((r, Incoming(flat[part], flags[part], receive_buffer)))
-                requests += [comm.Irecv(spec(p), r, BUF_TAG) for b in incoming[-1][1].bufs for p in pieces(b)]
-        sends = [] if outgoing is None else outgoing.bufs
-        for r in receivers:
-            requests += [comm.Isend(spec(p), r, BUF_TAG) for b in sends for p in pieces(b)]
-        _mpi.MPI.Request.Waitall(requests)
-        for r, inc in incoming:
-            per_rank[r] = inc.finish()
-        return per_rank
-    finally:
-        if outgoing is not None:
-            outgoing.close()
-        for _, inc in incoming:
-            inc.drop()
 
 
 @collective("all_gather_object")
@@ -301,11 +248,19 @@ def all_gather_object(
         )
     _validate(g, fn, {})
     kind, msg, stream, buffers = _pickle_one(obj, fn, me, problem)
-    meta = _exchange_meta(g, kind, len(stream), len(buffers), msg, fn)
-    sizes, nbufs = meta[:, 1].tolist(), meta[:, 2].tolist()
-    streams = allgatherv(g, as_bytes(stream), sizes)
-    bufs = _buffer_rounds(g, buffers, nbufs, None, fn)
-    kind, msg, got, fatal = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g)
+    kind, msg, outgoing = _stage(kind, msg, buffers, fn, me, g.size() > 1)
+    try:
+        meta = _exchange_meta(g, kind, len(stream), len(buffers), msg, fn)
+        sizes, nbufs = meta[:, 1].tolist(), meta[:, 2].tolist()
+        streams = allgatherv(g, as_bytes(stream), sizes)
+        bufs, kind, msg = _buffer_rounds(g, buffers, outgoing, nbufs, None, fn)
+    finally:
+        if outgoing is not None:
+            outgoing.close()
+    got: list[Any] = []
+    fatal = None
+    if not kind:
+        kind, msg, got, fatal = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g)
     _agree(g, kind, msg, fatal)
     object_list[: g.size()] = got
     return None
@@ -408,13 +363,20 @@ def gather_object(
     root = root_rank(g, dst, group_dst, fn, "dst")
     _validate(g, fn, {"dst": root})
     problem = problem or _gather_list_problem(object_gather_list, g, root, fn)
-    kind, msg, stream, buffers = _pickle_one(obj, fn, g.ranks[g.rank()], problem)
-    meta = _exchange_meta(g, kind, len(stream), len(buffers), msg, fn)
-    sizes, nbufs = meta[:, 1].tolist(), meta[:, 2].tolist()
-    streams = gatherv(g, as_bytes(stream), sizes, root)
-    bufs = _buffer_rounds(g, buffers, nbufs, root, fn)
-    kind, msg, got, fatal = 0, "", list[Any](), None
-    if streams is not None:
+    me = g.ranks[g.rank()]
+    kind, msg, stream, buffers = _pickle_one(obj, fn, me, problem)
+    kind, msg, outgoing = _stage(kind, msg, buffers, fn, me, g.rank() != root)
+    try:
+        meta = _exchange_meta(g, kind, len(stream), len(buffers), msg, fn)
+        sizes, nbufs = meta[:, 1].tolist(), meta[:, 2].tolist()
+        streams = gatherv(g, as_bytes(stream), sizes, root)
+        bufs, kind, msg = _buffer_rounds(g, buffers, outgoing, nbufs, root, fn)
+    finally:
+        if outgoing is not None:
+            outgoing.close()
+    got: list[Any] = []
+    fatal = None
+    if streams is not None and not kind:
         kind, msg, got, fatal = _unpickle_ranks(streams, sizes, bufs, safe, dev, fn, g)
     _agree(g, kind, msg, fatal)
     if object_gather_list is not None and g.rank() == root:
@@ -513,79 +475,32 @@ def scatter_object_list(
     row = np.empty(4, I8)
     streams: list[bytes] | None = None
     buffers: list[list[Any]] = []
-    if g.rank() == root:
-        rows, source_msg, streams, buffers = _scatter_source(g, scatter_object_input_list, fn, source)
-        g.comm.Scatter(rows, row, root)
-    else:
-        g.comm.Scatter(None, row, root)
-        source_msg = ""
-    if row[0]:
-        raise_first([(int(row[0]), decode(bcast_text(g.comm, source_msg.encode(), root, side=g.internal)))])
-    check_counts(fn, [int(row[2])], [int(row[1]), int(row[3])], root)
-    parts = None if streams is None else [as_bytes(x) for x in streams]
-    stream = scatterv(g, parts, int(row[1]), int(row[3]), root)
-    mine = _scatter_buffers(g, buffers, int(row[2]), root)
+    outgoing: list[Outgoing | None] = []
+    try:
+        if g.rank() == root:
+            rows, source_msg, streams, buffers, outgoing = _scatter_source(g, scatter_object_input_list, fn)
+            g.comm.Scatter(rows, row, root)
+        else:
+            g.comm.Scatter(None, row, root)
+            source_msg = ""
+        if row[0]:
+            text = bcast_text(g.comm, source_msg.encode(), root, side=g.internal)
+            raise_first([(int(row[0]), decode(text))])
+        check_counts(fn, [int(row[2])], [int(row[1]), int(row[3])], root)
+        parts = None if streams is None else [as_bytes(x) for x in streams]
+        stream = scatterv(g, parts, int(row[1]), int(row[3]), root)
+        mine, got_kind, got_msg = _scatter_buffers(g, buffers, outgoing, int(row[2]), root)
+    finally:
+        for out_r in outgoing:
+            if out_r is not None:
+                out_r.close()
     got: list[Any] = []
     fatal = None
+    if kind == 0:
+        kind, msg = got_kind, got_msg
     if kind == 0:
         names = [f"{fn}: scatter_object_input_list[{g.rank()}] from rank {source}"]
         kind, msg, got, fatal = _unpickle(stream, [stream.size], mine, safe, dev, names, me)
     _agree(g, kind, msg, fatal)
     out[0] = got[0]
     return None
-
-
-def _scatter_source(
-    g: ProcessGroup, inputs: object, fn: str, root: int
-) -> tuple[np.ndarray, str, list[bytes], list[list[Any]]]:
-    """The source's rows (kind, stream bytes, buffer count, total stream bytes), error, streams, buffers.
-
-    ``root`` is the source's world rank, for the messages.
-    """
-    rows = np.zeros((g.size(), 4), I8)
-    if not isinstance(inputs, list) or len(inputs) != g.size():
-        got = f"a list of {len(inputs)}" if isinstance(inputs, list) else f"a {type(inputs).__qualname__}"
-        rows[:, 0] = 1
-        msg = (
-            f"{fn}: scatter_object_input_list is {got} on the source rank {root}; expected a list of "
-            f"{g.size()} objects (one per group rank)"
-        )
-        return rows, msg, [], []
-    kind, msg, streams, buffers = _pickle(inputs, fn, "scatter_object_input_list", root)
-    if kind:
-        rows[:, 0] = kind
-        return rows, msg, [], []
-    rows[:, 1] = [len(x) for x in streams]
-    rows[:, 2] = [len(b) for b in buffers]
-    rows[:, 3] = sum(len(x) for x in streams)
-    return rows, "", streams, buffers
-
-
-def _scatter_buffers(g: ProcessGroup, buffers: list[list[Any]], count: int, root: int) -> list[Any]:
-    """Out-of-band buffers from the source to each rank: their words, then each buffer, point to point."""
-    comm = g.internal
-    if g.rank() != root:
-        if count == 0:
-            return []
-        claimed = np.empty(count, I8)
-        comm.Recv([claimed, _mpi.MPI.INT64_T], root, TAG)
-        sizes, flags = split_words(claimed.tolist())
-        check_counts("scatter_object_list", [], sizes, root)
-        incoming = Incoming(sizes, flags, receive_buffer)
-        try:
-            for b in incoming.bufs:
-                recv_bytes(comm, b, root)
-            return incoming.finish()
-        finally:
-            incoming.drop()
-    for r, bufs in enumerate(buffers):
-        if r == root or not bufs:
-            continue
-        comm.Send([np.array(words(bufs), I8), _mpi.MPI.INT64_T], r, TAG)
-        outgoing = Outgoing(bufs)
-        try:
-            for buf in outgoing.bufs:
-                send_bytes(comm, buf, r)
-        finally:
-            outgoing.close()
-    return _own_copy(buffers[root])

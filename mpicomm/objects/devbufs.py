@@ -31,7 +31,7 @@ import numpy as np
 from .. import _mpi
 from ..errors import ArgumentTypeError
 
-__all__ = ["Hooks", "Incoming", "Outgoing", "is_device_buffer", "spec", "split_words", "words"]
+__all__ = ["CudaBuffer", "Hooks", "Incoming", "Outgoing", "spec", "split_words", "words"]
 
 U8 = np.uint8
 Alloc = Callable[[int], np.ndarray]
@@ -60,8 +60,12 @@ def _need(hook: Callable[..., Any] | None, name: str) -> Callable[..., Any]:
     return hook
 
 
-class _Cuda:
-    """A device array as MPI takes it: its ``__cuda_array_interface__`` only (a device pointer)."""
+class CudaBuffer:
+    """A device array as MPI takes it: its ``__cuda_array_interface__`` only (a device pointer).
+
+    mpi4py reads the CUDA array interface of any object; handing it this one alone keeps every
+    device array kind on the same, simplest protocol (no DLPack capsule to negotiate).
+    """
 
     __slots__ = ("__cuda_array_interface__",)
 
@@ -69,18 +73,11 @@ class _Cuda:
         self.__cuda_array_interface__ = x.__cuda_array_interface__
 
 
-def is_device_buffer(buf: object) -> bool:
-    """Whether an out-of-band buffer is device memory (not a memoryview or numpy array).
-
-    Example:
-        >>> is_device_buffer(memoryview(b"ab")), is_device_buffer(np.zeros(2, np.uint8))
-        (False, False)
-    """
-    return not isinstance(buf, (memoryview, np.ndarray))
-
-
 def words(buffers: Sequence[Any]) -> list[int]:
     """The header words of out-of-band buffers: ``2 * bytes + 1`` for device memory, ``2 * bytes`` else.
+
+    A buffer is host memory if and only if it is a ``memoryview`` (what pickle hands out for numpy
+    arrays); :class:`Outgoing` and :func:`own_copy` use the same rule.
 
     Example:
         >>> words([memoryview(b"abc")])
@@ -103,7 +100,7 @@ def spec(piece: Any) -> list[Any]:
     """The MPI buffer of a flat uint8 piece: host memory as it is, device memory by its CUDA interface."""
     if isinstance(piece, np.ndarray):
         return [piece, _mpi.MPI.BYTE]
-    return [_Cuda(piece), _mpi.MPI.BYTE]
+    return [CudaBuffer(piece), _mpi.MPI.BYTE]
 
 
 def flat_bytes(x: Any) -> Any:
@@ -162,7 +159,9 @@ class Incoming:
     """Receive buffers for one sender's buffers, by their header words; :meth:`finish` gives the arrays.
 
     Host buffers are new numpy arrays; device buffers are device arrays on the current device (direct)
-    or pinned host buffers that :meth:`finish` uploads.
+    or pinned host buffers that :meth:`finish` uploads. If the device buffers cannot be allocated here
+    (no GPU, out of memory), every buffer is received into host memory all the same, so that the
+    sender is not left blocked, and :attr:`error` keeps the cause for :meth:`result` to report.
     """
 
     def __init__(
@@ -170,13 +169,14 @@ class Incoming:
     ) -> None:
         self.bufs: list[Any] = []
         self.up: list[tuple[int, np.ndarray]] = []
+        self.error: Exception | None = None
         if any(flags):
             try:
                 self._device(sizes, flags, alloc)
                 return
-            except Exception:  # no GPU here (no cupy): receive into host memory; the rebuild then fails
-                self.drop()  # on this rank and every rank hears of it, instead of a sender left blocked
-                self.bufs = []
+            except Exception as exc:  # no GPU here (no cupy): receive into host memory all the same
+                self.drop()  # and report the cause once the transfers are done (result)
+                self.bufs, self.error = [], exc
         self.bufs = [alloc(s) for s in sizes]
 
     def _device(
@@ -216,6 +216,19 @@ class Incoming:
                 pool.release(host)
             self.up = []
         return out
+
+    def result(self) -> tuple[list[Any], Exception | None]:
+        """What :meth:`finish` gives, or (``[]``, the error) if allocating or uploading failed; never raises.
+
+        Call it once every receive has completed: a rank that fails here still took part in them.
+        """
+        if self.error is None:
+            try:
+                return self.finish(), None
+            except Exception as exc:
+                self.error = exc
+        self.drop()
+        return [], self.error
 
     def drop(self) -> None:
         """Give the pinned buffers back without uploading (a failed call)."""

@@ -9,9 +9,9 @@ import numpy as np
 from ..core import validation
 from ..core.groups import ProcessGroup, resolve
 from ..errors import ArgumentError, ArgumentTypeError, MpicommError
-from .devbufs import own_copy, words
+from .devbufs import Incoming, Outgoing, own_copy, words
 from .pickling import check_device, describe, dumps, error_kind, is_safe_unpickling, loads, place
-from .wire import agree, as_bytes
+from .wire import agree, as_bytes, check_header
 
 I8 = np.int64
 
@@ -135,3 +135,52 @@ def _pickle_list(objs: Any, fn: str, rank: int, problem: Problem) -> tuple[int, 
         return 1, msg, [], []
     kind, msg, streams, buffers = _pickle(objs, fn, "object_list", rank)
     return kind, msg, streams, [b for bufs in buffers for b in bufs]
+
+
+def _ready(
+    kind: int, msg: str, streams: list[bytes], buffers: list[Any], fn: str, g: ProcessGroup
+) -> tuple[int, str, np.ndarray, Any, Outgoing | None]:
+    """(kind, message, header, stream, staged buffers) to send, made before anything is sent.
+
+    The sender checks its own header as the receivers will (a payload past the cap) and stages its
+    device buffers (pinned copies, stream synchronised) first: a failure of either is sent in place of
+    the objects, so every receiver raises it instead of waiting for buffers that never come.
+    """
+    header, stream = _message(kind, streams, buffers, msg)
+    if kind:
+        return kind, msg, header, stream, None
+    try:
+        check_header(fn, header, g.rank())
+    except MpicommError as exc:
+        kind, msg = error_kind(exc), str(exc)
+    kind, msg, outgoing = _stage(kind, msg, buffers, fn, g.ranks[g.rank()])
+    if kind:
+        header, stream = _message(kind, [], [], msg)
+    return kind, msg, header, stream, outgoing
+
+
+def _stage(
+    kind: int, msg: str, buffers: list[Any], fn: str, rank: int, needed: bool = True
+) -> tuple[int, str, Outgoing | None]:
+    """This rank's buffers staged to send (see :class:`Outgoing`), or the failure as (kind, message).
+
+    Nothing is staged after a failure, for no buffers or when ``needed`` is false; ``rank`` is this
+    rank's world rank, for the message.
+    """
+    if kind or not buffers or not needed:
+        return kind, msg, None
+    try:
+        return 0, "", Outgoing(buffers)
+    except Exception as exc:
+        return 2, f"{fn}: the device arrays cannot be staged to send on rank {rank}: {describe(exc)}", None
+
+
+def _received(incoming: Incoming, fn: str, rank: int) -> tuple[list[Any], int, str]:
+    """The received buffers, or a failure to allocate or upload device buffers as (kind, message).
+
+    ``rank`` is this rank's world rank, for the message.
+    """
+    bufs, exc = incoming.result()
+    if exc is None:
+        return bufs, 0, ""
+    return [], 2, f"{fn}: the device arrays sent cannot be received on rank {rank}: {describe(exc)}"

@@ -17,8 +17,8 @@ from ..core.control import MAX_TEXT, decode
 from ..core.groups import ProcessGroup, warn_non_member
 from ..dense.p2p import _peer
 from ..errors import ArgumentError
-from .devbufs import Incoming, Outgoing, split_words
-from .messages import _list_problem, _message, _pickle_list, _start, _unpickle
+from .devbufs import Incoming, split_words
+from .messages import Problem, _list_problem, _pickle_list, _ready, _received, _start, _unpickle
 from .pickling import ObjectCollectiveError
 from .wire import (
     I8,
@@ -90,19 +90,18 @@ def send_object_list(
     problem = problem or _list_problem(object_list, fn, "object_list")
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
     kind, msg, streams, buffers = _pickle_list(object_list, fn, g.ranks[g.rank()], problem)
-    header, stream = _message(kind, streams, buffers, msg)
+    kind, msg, header, stream, outgoing = _ready(kind, msg, streams, buffers, fn, g)
     comm, byte = g.internal, _mpi.MPI.BYTE
-    if stream.size <= INLINE:
-        comm.Send([np.concatenate([header.view(U8), stream]), byte], peer, P2P_TAG)
-    else:
-        comm.Send([header.view(U8), byte], peer, P2P_TAG)
-        send_bytes(comm, stream, peer, P2P_TAG)
-    if buffers:
-        outgoing = Outgoing(buffers)
-        try:
-            for buf in outgoing.bufs:
-                send_bytes(comm, buf, peer, P2P_TAG)
-        finally:
+    try:
+        if stream.size <= INLINE:
+            comm.Send([np.concatenate([header.view(U8), stream]), byte], peer, P2P_TAG)
+        else:
+            comm.Send([header.view(U8), byte], peer, P2P_TAG)
+            send_bytes(comm, stream, peer, P2P_TAG)
+        for buf in [] if outgoing is None else outgoing.bufs:
+            send_bytes(comm, buf, peer, P2P_TAG)
+    finally:
+        if outgoing is not None:
             outgoing.close()
     if kind:
         raise_first([(kind, msg)])
@@ -181,18 +180,22 @@ def recv_object_list(
     if count <= hlen:
         recv_bytes(comm, stream, sender, P2P_TAG)
     bufs: list[Any] = []
+    failed: Problem = None
     if nbufs:
         incoming = Incoming(*split_words(header[4 + n :].tolist()), receive_buffer)
         try:
             for b in incoming.bufs:
                 recv_bytes(comm, b, sender, P2P_TAG)
-            bufs = incoming.finish()
-        finally:
+        except BaseException:
             incoming.drop()
+            raise
+        bufs, got_kind, got_msg = _received(incoming, fn, g.ranks[g.rank()])
+        failed = (got_kind, got_msg) if got_kind else None
     if kind:
         raise_first([(kind, decode(stream[:MAX_TEXT]))])
-    if problem is not None:
-        raise_first([problem])  # only now: the sender's messages are received, it is not left waiting
+    for p in (problem, failed):  # only now: the sender's messages are received, it is not left waiting
+        if p is not None:
+            raise_first([p])
     if len(object_list) != n:
         raise ArgumentError(
             f"{fn}: object_list has {len(object_list)} entries; expected {n}, the length of the list sent by "

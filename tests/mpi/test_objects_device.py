@@ -12,6 +12,7 @@ stream order, never GPU behaviour (tests/gpu/test_objects_gpu.py does that on a 
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from collections.abc import Iterator
 from typing import Any
@@ -373,8 +374,10 @@ def test_a_receiver_that_cannot_hold_device_arrays_fails_on_every_rank_without_a
     if world.size() == 1:
         mpicomm.broadcast_object_list(objs, src=0)
         return
-    with pytest.raises(ObjectCollectiveError, match="expected a received device buffer"):
+    with pytest.raises(ObjectCollectiveError, match=r"cannot be received on rank .*no GPU here") as err:
         mpicomm.broadcast_object_list(objs, src=0)
+    assert "safe mode" not in str(err.value)
+    same_everywhere(str(err.value))
 
 
 def test_ranks_may_mix_host_and_device_arrays_in_one_call(
@@ -392,3 +395,104 @@ def test_ranks_may_mix_host_and_device_arrays_in_one_call(
         else:
             assert type(out[s]["nested"]["big"]) is np.ndarray
             np.testing.assert_array_equal(out[s]["nested"]["big"], want[s]["nested"]["big"])
+
+
+# --------------------------------------------------------------------------------------------------
+# a device copy that fails on one rank, after the others have started: every rank raises, none hangs
+
+
+def same_everywhere(text: str) -> None:
+    """Every rank of the world holds the same ``text`` (compared by a digest, without pickle)."""
+    from mpi4py import MPI
+
+    digest = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
+    every = np.empty((MPI.COMM_WORLD.Get_size(), digest.size), np.uint8)
+    MPI.COMM_WORLD.Allgather(digest, every)
+    assert (every == digest).all(), text
+
+
+def object_call(call: str, cp: Any, world: mpicomm.ProcessGroup) -> None:
+    """Run ``call`` with a device array from every sender (rank 0 the source or destination)."""
+    r, n = world.rank(), world.size()
+    x = cp.arange(1000, dtype=cp.float64) + r
+    if call == "broadcast":
+        mpicomm.broadcast_object_list([{"x": x}] if r == 0 else [None], src=0)
+    elif call == "all_gather":
+        mpicomm.all_gather_object([None] * n, {"x": x})
+    elif call == "gather":
+        mpicomm.gather_object({"x": x}, [None] * n if r == 0 else None, dst=0)
+    elif call == "scatter":
+        mpicomm.scatter_object_list([None], [{"x": x + s} for s in range(n)] if r == 0 else None, src=0)
+    elif r == 0:
+        mpicomm.send_object_list([{"x": x}], dst=1)
+    elif r == 1:
+        mpicomm.recv_object_list([None], src=0)
+
+
+CALLS = ["broadcast", "all_gather", "gather", "scatter", "p2p"]
+
+
+@pytest.fixture
+def staged_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The staged path on every rank (device buffers go through pinned host copies)."""
+    monkeypatch.setenv("MPICOMM_CUDA_AWARE", "0")
+    cuda_aware.reset_cuda_awareness()
+    yield
+    cuda_aware.reset_cuda_awareness()
+    assert staged.pool().stats().bytes_in_use == 0  # every pinned buffer given back
+
+
+def broken(*args: Any) -> None:
+    raise RuntimeError("injected copy failure")
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("call", CALLS)
+def test_a_sender_whose_device_copy_fails_makes_every_rank_raise(
+    cp: Any, call: str, staged_path: None, monkeypatch: pytest.MonkeyPatch, world: mpicomm.ProcessGroup
+) -> None:
+    """A sender cannot stage its device buffers: it says so before any buffer moves, nobody waits."""
+    from mpi4py import MPI
+
+    from mpicomm.gpu.backend import backend
+
+    failing = 1 if call == "gather" else 0  # the gather's destination stages nothing
+    if world.rank() == failing:
+        monkeypatch.setattr(backend(), "to_host", broken)
+    if call == "p2p" and world.rank() > 1:
+        MPI.COMM_WORLD.Barrier()
+        return
+    with pytest.raises(
+        ObjectCollectiveError, match=rf"cannot be staged to send on rank {failing}.*injected"
+    ) as err:
+        object_call(call, cp, world)
+    if call == "p2p":
+        MPI.COMM_WORLD.Barrier()
+    else:
+        same_everywhere(str(err.value))
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("call", CALLS)
+def test_a_receiver_whose_device_upload_fails_makes_every_rank_raise(
+    cp: Any, call: str, staged_path: None, monkeypatch: pytest.MonkeyPatch, world: mpicomm.ProcessGroup
+) -> None:
+    """Rank 1 receives but cannot upload: it still takes part, then every rank raises its error."""
+    from mpi4py import MPI
+
+    from mpicomm.gpu.backend import backend
+
+    r = world.rank()
+    if r == 1 or (r == 0 and call in ("all_gather", "gather")):
+        monkeypatch.setattr(backend(), "to_device", broken)
+    if call == "p2p" and r != 1:
+        object_call(call, cp, world)  # the sender has returned before the receiver fails
+        MPI.COMM_WORLD.Barrier()
+        return
+    want = 0 if call in ("all_gather", "gather") else 1
+    with pytest.raises(ObjectCollectiveError, match=rf"cannot be received on rank {want}.*injected") as err:
+        object_call(call, cp, world)
+    if call == "p2p":
+        MPI.COMM_WORLD.Barrier()
+    else:
+        same_everywhere(str(err.value))
