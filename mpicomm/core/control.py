@@ -167,9 +167,10 @@ def _recv_rest(
 ) -> tuple[bytes, str | None]:
     """The rest of ``src``'s text, probed for its size; a size that differs from the claim is a problem.
 
-    A rest past ``limit`` is received into an empty buffer and so discarded (:func:`_discard`):
-    receiving it whole would allocate what the liar chose, and leaving it would leave a matched
-    message that is never received.
+    A rest of another size is still received and dropped when it is within the payload cap
+    (:func:`memory_bound`): those bytes were really sent, and a matched message left unreceived
+    would never complete its send. One past the cap is left unreceived (receiving it would
+    allocate what the liar chose), and the error says so.
     """
     status = _mpi.MPI.Status()
     message = comm.Mprobe(src, TEXT_TAG, status)
@@ -178,36 +179,14 @@ def _recv_rest(
         buf = np.empty(count, U8)
         message.Recv([buf, _mpi.MPI.BYTE])
         return buf.tobytes(), problem
-    if count <= limit:
+    if count <= max(limit, memory_bound()):
         message.Recv([np.empty(count, U8), _mpi.MPI.BYTE])
-    else:
-        _discard(comm, message)
     text = (
         f"control message: rank {src} claims a text {expected} bytes longer than its first slot but "
         f"sent {count}; expected the length it claimed (a rank that does not run mpicomm's wire "
         "format, or a corrupted message)"
     )
     return b"", problem or text
-
-
-def _discard(comm: Any, message: Any) -> None:
-    """Receive a matched message into an empty buffer: MPI truncates it, its bytes are dropped.
-
-    A matched message cannot be received in pieces, and a truncated receive completes it (the
-    standard's ``MPI_ERR_TRUNCATE``), so the error handler is ``ERRORS_RETURN`` for that one call
-    and the truncation error it returns is expected.
-    """
-    MPI = _mpi.MPI
-    old = comm.Get_errhandler()
-    comm.Set_errhandler(MPI.ERRORS_RETURN)
-    try:
-        message.Recv([np.empty(0, U8), MPI.BYTE])
-    except MPI.Exception as exc:
-        if exc.Get_error_class() != MPI.ERR_TRUNCATE:
-            raise
-    finally:
-        comm.Set_errhandler(old)
-        old.Free()
 
 
 def bcast_text(comm: Any, text: bytes, root: int, limit: int = MAX_TEXT, side: Any = None) -> bytes:

@@ -42,11 +42,14 @@ def test_work_wait_timeout_as_timedelta_on_a_collective_names_it(world):
 
     r = world.rank()
     x = np.full(3, float(r))
+    # made on every rank first: new_group is itself a collective on the world, which must not
+    # overtake rank 0's pending all_reduce there (Open MPI reports the mix-up as a truncation)
+    side = mpicomm.new_group()
     if r == 0:
         work = mpicomm.all_reduce(x, async_op=True)
         with pytest.raises(mpicomm.CommunicationError, match=r"^all_reduce: Work\.wait: .*Timed out"):
             work.wait(timeout=datetime.timedelta(milliseconds=100))
-    mpicomm.barrier(group=mpicomm.new_group())  # another communicator: rank 0's all_reduce is pending
+    mpicomm.barrier(group=side)  # another communicator: rank 0's all_reduce is pending
     if r != 0:
         work = mpicomm.all_reduce(x, async_op=True)
     assert work.wait(timeout=30) is True
