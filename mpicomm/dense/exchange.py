@@ -1,13 +1,13 @@
 """Pairwise exchange: the list-form collectives move each list entry straight to or from its peer.
 
-``all_gather`` (above :data:`mpicomm.dense.small.SMALL`), ``all_to_all`` and list
-``reduce_scatter`` take one array per rank. Instead of packing the list into one buffer for a
-v-collective, mpicomm posts one non-blocking receive and one send per peer, reading and writing
-the list entries where they lie. This is the linear/pairwise algorithm MPI itself uses for these
-collectives at large sizes; it needs no temporary and no padding, and every rank can take part
-without knowing the sizes of the messages between other ranks. The messages go over the group's
-internal communicator, so they cannot match the user's ``send``/``recv``. (``gather`` and
-``scatter`` make one v-collective instead: :mod:`mpicomm.dense.placed`.)
+``all_gather`` (but small entries of one size: :mod:`mpicomm.dense.small`), ``scatter``,
+``all_to_all`` and list ``reduce_scatter`` take one array per rank. Instead of packing the list
+into one buffer for a v-collective, mpicomm posts one non-blocking receive and one send per peer,
+reading and writing the list entries where they lie. This is the linear/pairwise algorithm MPI
+itself uses for these collectives at large sizes; it needs no temporary and no padding, and every
+rank can take part without knowing the sizes of the messages between other ranks. The messages go
+over the group's internal communicator, so they cannot match the user's ``send``/``recv``.
+(``gather`` makes one v-collective instead: :mod:`mpicomm.dense.placed`.)
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from ..core.work import Work
 if TYPE_CHECKING:
     from ..core.groups import ProcessGroup
 
-__all__ = ["ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER", "exchange", "finish"]
+__all__ = ["ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER", "SCATTER", "exchange", "finish"]
 
 # Tags of mpicomm's own messages on a group's internal communicator, one per collective.
 REDUCE_SCATTER = 1
 ALL_GATHER = 2
+SCATTER = 4
 ALL_TO_ALL = 5
 
 

@@ -1,15 +1,16 @@
-"""Rooted gathers and scatters in one MPI call, straight into or out of the caller's list entries.
+"""``gather`` in one MPI call, straight into the root's list entries.
 
-torch's ``gather`` and ``scatter`` hand the root W separate arrays. A v-collective
-(``MPI_Gatherv``, ``MPI_Scatterv``, ``MPI_Allgatherv``) takes one buffer and one displacement per
-rank; counted from the entry that lies lowest in memory, the displacements reach every other entry
-where it lies, so one MPI call fills or reads every entry in place, with no temporary and no copy.
+torch's ``gather`` hands the root W separate arrays. ``MPI_Gatherv`` takes one buffer and one
+displacement per rank; counted from the entry that lies lowest in memory, the displacements reach
+every other entry where it lies, so one MPI call fills every entry in place, with no temporary and
+no copy.
 
 Every rank of a call makes the same MPI call whatever its own layouts, so the wire never depends on
 what one rank alone sees (a non-root rank does not know the other ranks' sizes). How the root
 describes its side is its own business: entries that are C-contiguous, of one dtype and within a C
 ``int`` of displacements of each other are reached in place (:func:`spread`); otherwise they go
-through one contiguous temporary, copied in before a scatter or out after a gather.
+through one contiguous temporary, copied out after the gather. (``scatter`` stays pairwise: from
+1 MiB up, one message per rank beat ``MPI_Scatterv`` into the same entries, measured.)
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import numpy as np
 
 from .. import _mpi
 from ..core import fast
-from ..core.buffers import _DATATYPES, address, datatype, message, recv_message
+from ..core.buffers import _DATATYPES, address, datatype, message
 from ..core.groups import ProcessGroup
 from ..core.work import Work
 
-__all__ = ["all_gather", "entries", "gather", "gather_fast", "scatter", "scatter_fast", "spread"]
+__all__ = ["entries", "gather", "gather_fast", "spread"]
 
 #: The largest displacement every MPI takes (a C int: Open MPI 5 has no MPI-4 large-count calls).
 INT_MAX = (1 << 31) - 1
@@ -136,15 +137,13 @@ def _addresses(xs: Any, size: int, dt: Any, n: int, write: bool) -> list[int] | 
     return found
 
 
-def _reach(
-    addresses: list[int], apart: list[int], nbytes: int, itemsize: int
-) -> tuple[int, list[int]] | None:
+def _reach(addresses: list[int], other: int, nbytes: int, itemsize: int) -> tuple[int, list[int]] | None:
     """The lowest entry's index and each entry's displacement from it, in elements; or None.
 
-    None when two of ``apart`` (start addresses of spans ``nbytes`` long) overlap, or a displacement
-    is not a whole number of elements or does not fit a C int.
+    None when two of the spans ``nbytes`` long starting at ``addresses`` and ``other`` overlap, or a
+    displacement is not a whole number of elements or does not fit a C int.
     """
-    ordered = sorted(apart)
+    ordered = sorted([*addresses, other])
     for i in range(1, len(ordered)):
         if ordered[i] - ordered[i - 1] < nbytes:
             return None
@@ -176,39 +175,10 @@ def gather_fast(w: ProcessGroup, x: Any, outs: Any, dst: Any) -> bool:
     found = _addresses(outs, w._size, dt, x.size, True)
     if found is None:
         return False
-    placed = _reach(found, [*found, _mpi.MPI.Get_address(x)], x.nbytes, x.itemsize)
+    placed = _reach(found, _mpi.MPI.Get_address(x), x.nbytes, x.itemsize)
     if placed is None:
         return False
     w.comm.Gatherv([x, dt], [outs[placed[0]], ([x.size] * w._size, placed[1]), dt], root)
-    return True
-
-
-def scatter_fast(w: ProcessGroup, out: Any, ins: Any, src: Any) -> bool:
-    """Serve a common ``scatter`` (world group, blocking, validation off, plain numpy), or return False.
-
-    The root's entries must have this rank's size and ``out`` must share no memory with them (the
-    entries may share memory with each other: they are only read).
-    """
-    root = 0 if src is None else src
-    dt = fast.dt_out(out)
-    if dt is None or type(root) is not int or not 0 <= root < w._size:
-        return False
-    if w._rank != root:
-        if ins is not None:
-            return False
-        w.comm.Scatterv(None, [out, dt], root)
-        return True
-    found = _addresses(ins, w._size, dt, out.size, False)
-    if found is None:
-        return False
-    own = _mpi.MPI.Get_address(out)
-    nbytes = out.nbytes
-    if any(a - nbytes < own < a + nbytes for a in found):
-        return False
-    placed = _reach(found, [], nbytes, out.itemsize)
-    if placed is None:
-        return False
-    w.comm.Scatterv([ins[placed[0]], ([out.size] * w._size, placed[1]), dt], [out, dt], root)
     return True
 
 
@@ -227,7 +197,7 @@ def _unpack(outs: list[np.ndarray], tmp: np.ndarray, displs: list[int]) -> Calla
 
 
 def _own(x: np.ndarray, slot: np.ndarray | None) -> Any:
-    """What a rank sends (or, for a scatter's root, receives) as its own entry ``slot`` of the list.
+    """What the root sends as its own entry ``slot`` of the list.
 
     ``MPI_IN_PLACE`` when ``x`` is that very entry (torch's in-place idiom); a contiguous copy when
     the two overlap otherwise, so MPI never sees aliased buffers; else ``x`` as it lies.
@@ -240,49 +210,6 @@ def _own(x: np.ndarray, slot: np.ndarray | None) -> Any:
     return np.ascontiguousarray(x).copy()
 
 
-def _run(
-    fn: str,
-    call: Callable[..., Any],
-    icall: Callable[..., Any],
-    args: tuple[Any, ...],
-    async_op: bool,
-    keep: Any,
-    result: list[np.ndarray],
-    after: Callable[[], None] | None,
-) -> Work | None:
-    """The blocking ``call`` (then ``after``), or a Work over the non-blocking ``icall`` (named ``fn``)."""
-    if async_op:
-        return Work([icall(*args)], keep=keep, result=result, finish=after, fn=fn)
-    call(*args)
-    if after is not None:
-        after()
-    return None
-
-
-def _into(
-    outs: list[np.ndarray], x: np.ndarray, slot: np.ndarray | None
-) -> tuple[Any, list[Any], Callable[[], None] | None, np.ndarray]:
-    """The send and receive specifications of a gather of ``x`` into ``outs``.
-
-    Returns:
-        ``(send, recv, after, buffer)``: ``after`` copies a temporary out into ``outs`` (None when
-        MPI writes the entries in place); ``buffer`` is what MPI writes, to keep alive.
-    """
-    counts = [o.size for o in outs]
-    placed = spread(outs)
-    send: Any = message(x)
-    after = None
-    if placed is None:
-        tmp, displs = _packed(outs)
-        after = _unpack(outs, tmp, displs)
-        placed = (tmp, displs)
-    elif slot is not None:
-        own = _own(x, slot)
-        if own is not None:
-            send = own if own is _mpi.MPI.IN_PLACE else message(own)
-    return send, [placed[0], (counts, placed[1]), datatype(outs[0].dtype)], after, placed[0]
-
-
 def gather(comm: Any, x: np.ndarray, outs: list[np.ndarray] | None, root: int, async_op: bool) -> Work | None:
     """``MPI_Gatherv`` of ``x`` (any layout) into ``outs`` (the root's list, None elsewhere).
 
@@ -291,72 +218,29 @@ def gather(comm: Any, x: np.ndarray, outs: list[np.ndarray] | None, root: int, a
     Returns:
         A Work if ``async_op``, else None once the entries are filled.
     """
-    if outs is None:
-        return _run("gather", comm.Gatherv, comm.Igatherv, (message(x), None, root), async_op, x, [], None)
-    send, recv, after, buf = _into(outs, x, outs[root])
-    return _run(
-        "gather", comm.Gatherv, comm.Igatherv, (send, recv, root), async_op, (x, outs, buf), outs, after
-    )
-
-
-def scatter(
-    comm: Any, out: np.ndarray, ins: list[np.ndarray] | None, root: int, async_op: bool
-) -> Work | None:
-    """``MPI_Scatterv`` of ``ins`` (the root's list, None elsewhere) into ``out`` (any layout).
-
-    ``out`` may be the root's own entry ``ins[root]`` (received ``MPI_IN_PLACE``).
-
-    Returns:
-        A Work if ``async_op``, else None once ``out`` is filled.
-    """
-    recv: Any
-    recv, after = recv_message(out)
-    if ins is None:
-        return _run("scatter", comm.Scatterv, comm.Iscatterv, (None, recv, root), async_op, out, [out], after)
-    counts = [i.size for i in ins]
-    placed = spread(ins)
-    if placed is None:
-        tmp, displs = _packed(ins)
-        for i, d in zip(ins, displs, strict=True):
-            tmp[d : d + i.size] = i.reshape(-1)
-        placed = (tmp, displs)
-    else:
-        own = _own(out, ins[root])
-        if own is _mpi.MPI.IN_PLACE:  # ``out`` is the root's own entry: MPI leaves it as it is
-            recv, after = own, None
-        elif own is not None:  # ``out`` overlaps the entries: written once MPI has read them
-            tmp = np.empty(out.shape, out.dtype)
-            recv, after = [tmp, datatype(out.dtype)], _copy_into(out, tmp)
-    send = [placed[0], (counts, placed[1]), datatype(ins[0].dtype)]
-    return _run(
-        "scatter",
-        comm.Scatterv,
-        comm.Iscatterv,
-        (send, recv, root),
-        async_op,
-        (out, ins, placed[0]),
-        [out],
-        after,
-    )
-
-
-def _copy_into(out: np.ndarray, tmp: np.ndarray) -> Callable[[], None]:
-    def run() -> None:
-        out[...] = tmp
-
-    return run
-
-
-def all_gather(comm: Any, outs: list[np.ndarray], x: np.ndarray, me: int, async_op: bool) -> Work | None:
-    """``MPI_Allgatherv`` of ``x`` (any layout) into ``outs``, every rank's list.
-
-    ``x`` may be this rank's own entry ``outs[me]`` (sent ``MPI_IN_PLACE``); ``me`` -1 says the
-    caller knows they are apart.
-
-    Returns:
-        A Work if ``async_op``, else None once the entries are filled.
-    """
-    send, recv, after, buf = _into(outs, x, outs[me] if me >= 0 else None)
-    return _run(
-        "all_gather", comm.Allgatherv, comm.Iallgatherv, (send, recv), async_op, (x, outs, buf), outs, after
-    )
+    send: Any = message(x)
+    recv: list[Any] | None = None
+    after = None
+    if outs is not None:
+        placed = spread(outs)
+        if placed is None:
+            tmp, displs = _packed(outs)
+            after = _unpack(outs, tmp, displs)
+            placed = (tmp, displs)
+        else:
+            own = _own(x, outs[root])
+            if own is not None:
+                send = own if own is _mpi.MPI.IN_PLACE else message(own)
+        recv = [placed[0], ([o.size for o in outs], placed[1]), datatype(outs[0].dtype)]
+    if async_op:
+        return Work(
+            [comm.Igatherv(send, recv, root)],
+            keep=(x, outs, recv),
+            result=outs or [],
+            finish=after,
+            fn="gather",
+        )
+    comm.Gatherv(send, recv, root)
+    if after is not None:
+        after()
+    return None

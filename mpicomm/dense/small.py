@@ -3,18 +3,17 @@
 The list forms move each rank's entry straight between list entries with point-to-point messages,
 which costs no copy and matches the one-array collective from 64 KiB up. Below that, the fixed cost
 of W messages dominates, so a call whose entries are all at most :data:`SMALL` bytes makes one MPI
-call: ``all_gather`` an ``MPI_Allgatherv`` straight into its entries (:mod:`mpicomm.dense.placed`),
-``reduce_scatter`` (entries of one size) a ``Reduce_scatter_block`` of its packed inputs.
+call through a temporary: ``all_gather`` (entries of one size) an ``Allgather`` copied out into its
+entries, ``reduce_scatter`` a ``Reduce_scatter_block`` of its packed inputs.
 
 Every rank must choose the same algorithm, so the choice depends only on what every rank of a
 correct call sees alike: the entry sizes (an ``all_gather``'s list holds every rank's size, as a
 ``reduce_scatter``'s inputs do) and the dtype. How a rank gets there is its own business:
 ``all_gather`` and ``reduce_scatter`` serve a common call (world group, blocking,
 validation off, C-contiguous numpy entries that share no memory) before any other check and return
-False for every other call; the general path checks it and then calls
-:func:`mpicomm.dense.placed.all_gather` when every entry is at most :data:`SMALL` bytes (uneven
-sizes included), or ``reduce_scatter_small`` when :func:`small` says so, whatever the layouts.
-(``gather`` and ``scatter`` always make one v-collective: see :mod:`mpicomm.dense.placed`.)
+False for every other call; the general path checks it and then calls ``gather_small`` or
+``reduce_scatter_small`` when :func:`small` says so, whatever the layouts. (``gather`` always
+makes one v-collective: see :mod:`mpicomm.dense.placed`.)
 """
 
 from __future__ import annotations
@@ -28,13 +27,19 @@ from ..core.buffers import staged
 from ..core.groups import ProcessGroup
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work
-from . import placed
 from .placed import entries
 
-__all__ = ["SMALL", "all_gather", "reduce_scatter", "reduce_scatter_small", "small"]
+__all__ = ["SMALL", "all_gather", "gather_small", "reduce_scatter", "reduce_scatter_small", "small"]
 
-#: Bytes per entry up to which a list form makes one collective call.
+#: Bytes per entry up to which a list form goes through one collective and a temporary.
 SMALL = 64 << 10
+
+
+def _copy_out(outs: list[np.ndarray], tmp: np.ndarray, counts: list[int]) -> None:
+    start = 0
+    for o, n in zip(outs, counts, strict=True):
+        o[...] = tmp[start : start + n].reshape(o.shape)
+        start += n
 
 
 def small(sizes: list[int], itemsize: int) -> bool:
@@ -57,8 +62,31 @@ def all_gather(w: ProcessGroup, outs: Any, x: Any) -> bool:
         [x], 1, dt, x.size, False, owners
     ):
         return False
-    placed.all_gather(w.comm, outs, x, -1, False)
+    gather_small(w.comm, outs, x, dt)
     return True
+
+
+def gather_small(comm: Any, outs: list[np.ndarray], x: np.ndarray, dt: Any, async_op: bool = False) -> Any:
+    """``Allgather`` of ``x`` (any layout) into a temporary, copied out into ``outs``.
+
+    Returns:
+        None, or a :class:`~mpicomm.Work` if ``async_op`` (it copies out when it completes).
+    """
+    n = x.size
+    tmp = np.empty(len(outs) * n, x.dtype)
+    send = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+    if async_op:
+        req = comm.Iallgather([send, dt], [tmp, dt])
+        return Work(
+            [req],
+            keep=(send, tmp),
+            result=outs,
+            finish=lambda: _copy_out(outs, tmp, [n] * len(outs)),
+            fn="all_gather",
+        )
+    comm.Allgather([send, dt], [tmp, dt])
+    _copy_out(outs, tmp, [n] * len(outs))
+    return None
 
 
 def reduce_scatter(w: ProcessGroup, out: Any, ins: Any, op: Any) -> bool:

@@ -1,10 +1,12 @@
-"""gather, scatter and small all_gather as one v-collective placed straight into the list entries.
+"""List entries laid out every way, for gather (one ``MPI_Gatherv`` into them), scatter, all_gather.
 
-The entries' displacements are measured from the one lowest in memory (``mpicomm.dense.placed``),
-so the tests lay entries out in every order within one buffer, leave gaps, mix in empty entries and
+gather's displacements are measured from the entry lowest in memory (``mpicomm.dense.placed``), so
+the tests lay entries out in every order within one buffer, leave gaps, mix in empty entries and
 strided entries (those go through a temporary), use the root's own entry as its input or output
-(``MPI_IN_PLACE``), and run blocking and asynchronous calls, on the world and on a subgroup. Every
-rank builds the global input from the shared seed and checks its part against numpy.
+(``MPI_IN_PLACE`` for gather), and run blocking and asynchronous calls, on the world and on a
+subgroup; scatter (pairwise) and small all_gather (one ``Allgather`` through a temporary) get the
+same layouts. Every rank builds the global input from the shared seed and checks its part against
+numpy.
 """
 
 from __future__ import annotations
