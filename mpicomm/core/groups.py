@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError, BackendArgumentError, GroupError
-from . import failure, validation, watchdog
+from . import cmpi, failure, validation, watchdog
 from .backend import backend_name
 
 __all__ = [
@@ -178,6 +178,7 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
             f"init: comm is a {type(comm).__qualname__}; expected an mpi4py.MPI.Intracomm"
         )
     dup = comm.Dup()
+    cmpi.bind()
     world = ProcessGroup(dup, list(range(dup.Get_size())), "world")
     _State.world = world
     _State.groups = [world]

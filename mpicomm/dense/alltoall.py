@@ -10,8 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core import fast, validation
+from ..core import cmpi, fast, validation
 from ..core.buffers import (
+    _DATATYPES,
     as_int_list,
     check_array,
     check_array_list,
@@ -23,12 +24,14 @@ from ..core.buffers import (
     row_message,
     row_size,
 )
-from ..core.groups import ProcessGroup, resolve, warn_non_member
+from ..core.groups import ProcessGroup, _State, resolve, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError, BackendArgumentError
 from .exchange import ALL_TO_ALL, copy_own, exchange, finish
 
 __all__ = ["all_to_all", "all_to_all_single"]
+
+_Flag = validation._Flag
 
 
 def all_to_all(
@@ -147,19 +150,26 @@ def all_to_all_single(
         True
     """
     fn = "all_to_all_single"
-    w = fast.world(group, async_op)
-    if w is not None:
-        dt = fast.dt_out(output)
-        if dt is not None and fast.dt_in(input) is dt and fast.apart(output, input):
+    w = _State.world
+    if group is None and async_op is False and w is not None and not _Flag.on:
+        # the common call: its checks inline, the buffers' (layouts, sizes, overlap) in cmpi first
+        dt = _DATATYPES.get(output.dtype) if type(output) is np.ndarray else None
+        if dt is not None and type(input) is np.ndarray and input.dtype is output.dtype:
             if output_split_sizes is None and input_split_sizes is None:
                 if output.shape == input.shape and output.ndim and input.shape[0] % w._size == 0:
-                    w.comm.Alltoall([input, dt], [output, dt])
-                    return None
+                    if cmpi.alltoall(input, output, dt, w.comm) is None:
+                        return None
+                    if fast.dt_out(output) is dt and fast.dt_in(input) is dt and fast.apart(output, input):
+                        w.comm.Alltoall([input, dt], [output, dt])
+                        return None
             else:
                 plan = _plan(output_split_sizes, input_split_sizes, output, input)
                 if plan is not None:
-                    w.comm.Alltoallv([input, plan[0], dt], [output, plan[1], dt])
-                    return None
+                    if cmpi.alltoallv(input, *plan[2], output, *plan[3], dt, w.comm) is None:
+                        return None
+                    if fast.dt_out(output) is dt and fast.dt_in(input) is dt and fast.apart(output, input):
+                        w.comm.Alltoallv([input, plan[0], dt], [output, plan[1], dt])
+                        return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
@@ -216,7 +226,7 @@ def _row(inp: np.ndarray, out: np.ndarray, fn: str) -> int:
 
 #: Checked split sizes -> (send, receive) counts and displacements, for the fast path. Keyed by the
 #: split lists and both shapes (so row sizes), valid for the world group; bounded by clearing.
-_PLANS: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+_PLANS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _PLANS_MAX = 256
 
 
@@ -229,8 +239,12 @@ def _key(out_splits: Any, in_splits: Any, out: np.ndarray, inp: np.ndarray) -> t
     return key
 
 
-def _plan(out_splits: Any, in_splits: Any, out: np.ndarray, inp: np.ndarray) -> tuple[Any, Any] | None:
-    """The counts of an earlier call with the same splits and shapes that passed every check, or None."""
+def _plan(out_splits: Any, in_splits: Any, out: np.ndarray, inp: np.ndarray) -> tuple[Any, ...] | None:
+    """The counts of an earlier call with the same splits and shapes that passed every check, or None.
+
+    A plan holds the send and receive (counts, displacements) as mpi4py takes them, then the same
+    as int32 arrays for :mod:`mpicomm.core.cmpi` (``(None, None)`` where a count passes 2**31 - 1).
+    """
     key = _key(out_splits, in_splits, out, inp)
     return None if key is None else _PLANS.get(key)
 
@@ -242,7 +256,14 @@ def _remember(
     if key is not None:
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
-        _PLANS[key] = (send, recv)
+        _PLANS[key] = (send, recv, _int32(send), _int32(recv))
+
+
+def _int32(spec: tuple[list[int], list[int]]) -> tuple[Any, Any]:
+    counts, displs = spec
+    if max(counts, default=0) >= 1 << 31 or max(displs, default=0) >= 1 << 31:
+        return None, None
+    return np.array(counts, np.int32), np.array(displs, np.int32)
 
 
 def _unsplit(sizes: Sequence[int] | None) -> bool:

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..core import fast, validation
+from ..core import cmpi, fast, validation
 from ..core.buffers import (
+    _DATATYPES,
     address,
     check_array,
     check_array_list,
@@ -27,7 +28,7 @@ from ..core.buffers import (
     row_message,
     staged,
 )
-from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
+from ..core.groups import ProcessGroup, _State, resolve, root_rank, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError
 from . import placed, small
@@ -35,6 +36,8 @@ from .exchange import ALL_GATHER, SCATTER, copy_own, exchange, finish
 from .placed import entries
 
 __all__ = ["all_gather", "all_gather_into_tensor", "all_gather_single", "gather", "scatter"]
+
+_Flag = validation._Flag
 
 
 def all_gather(
@@ -157,17 +160,21 @@ def all_gather_into_tensor(
         [1.0, 2.0]
     """
     fn = "all_gather_into_tensor"
-    w = fast.world(group, async_op)
-    if w is not None:
-        dt = fast.dt_out(output_tensor)
-        if (
-            dt is not None
-            and fast.dt_in(input_tensor) is dt
-            and output_tensor.size == w._size * input_tensor.size
-            and fast.apart(output_tensor, input_tensor)
-        ):
-            w.comm.Allgather([input_tensor, dt], [output_tensor, dt])
-            return None
+    # the common call: its checks inline, the buffers' (layouts, sizes, overlap) in cmpi
+    w = _State.world
+    if group is None and async_op is False and w is not None and not _Flag.on:
+        dt = _DATATYPES.get(input_tensor.dtype) if type(input_tensor) is np.ndarray else None
+        if dt is not None and type(output_tensor) is np.ndarray and output_tensor.dtype is input_tensor.dtype:
+            if cmpi.allgather(input_tensor, output_tensor, dt, w.comm) is None:
+                return None
+            if (
+                fast.dt_out(output_tensor) is dt
+                and fast.dt_in(input_tensor) is dt
+                and output_tensor.size == w._size * input_tensor.size
+                and fast.apart(output_tensor, input_tensor)
+            ):
+                w.comm.Allgather([input_tensor, dt], [output_tensor, dt])
+                return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)

@@ -11,13 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _mpi
-from ..core import fast
-from ..core.buffers import check_array, check_disjoint, check_output, message, recv_message
-from ..core.groups import ProcessGroup, resolve, root_rank, warn_non_member
+from ..core import cmpi, fast, validation
+from ..core.buffers import _DATATYPES, check_array, check_disjoint, check_output, message, recv_message
+from ..core.groups import ProcessGroup, _State, resolve, root_rank, warn_non_member
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["irecv", "isend", "recv", "send", "sendrecv"]
+
+_Flag = validation._Flag
 
 
 def _peer(g: ProcessGroup, rank: int | None, group_rank: int | None, fn: str, arg: str, any_ok: bool) -> int:
@@ -83,12 +85,15 @@ def send(
         ...     x = np.empty(3); _ = mpicomm.recv(x, src=0)
     """
     fn = "send"
-    w = fast.world(group, False)
-    if w is not None and fast.peer(w, dst, group_dst, tag):
-        dt = fast.dt_in(tensor)
-        if dt is not None:
-            w.comm.Send([tensor, dt], dst, tag)
-            return None
+    w = _State.world
+    if group is None and w is not None and not _Flag.on and type(tensor) is np.ndarray:
+        dt = _DATATYPES.get(tensor.dtype)
+        if dt is not None and fast.peer(w, dst, group_dst, tag):
+            if cmpi.send(tensor, dt, dst, tag, w.comm) is None:
+                return None
+            if fast.dt_in(tensor) is not None:
+                w.comm.Send([tensor, dt], dst, tag)
+                return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
@@ -134,12 +139,15 @@ def recv(
         1
     """
     fn = "recv"
-    w = fast.world(group, False)
-    if w is not None and fast.peer(w, src, group_src, tag):
-        dt = fast.dt_out(tensor)
-        if dt is not None:
-            w.comm.Recv([tensor, dt], src, tag)
-            return src  # type: ignore[return-value]
+    w = _State.world
+    if group is None and w is not None and not _Flag.on and type(tensor) is np.ndarray:
+        dt = _DATATYPES.get(tensor.dtype)
+        if dt is not None and fast.peer(w, src, group_src, tag):
+            if cmpi.recv(tensor, dt, src, tag, w.comm) is None:
+                return src  # type: ignore[return-value]
+            if fast.dt_out(tensor) is not None:
+                w.comm.Recv([tensor, dt], src, tag)
+                return src  # type: ignore[return-value]
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)

@@ -1,0 +1,385 @@
+/* mpicomm.core._cmpi: the MPI calls of mpicomm's fast paths, made from C without mpi4py's
+ * argument parsing.
+ *
+ * Why: an 8-byte MPI_Allreduce costs about 1 us on a node; mpi4py's parsing of the message
+ * ([array, datatype], the op, the communicator) adds about 0.3 us on top, as much as mpicomm's
+ * own checks. These functions take the mpi4py objects the fast paths already hold, read their
+ * handles in place and call MPI directly, so a common call costs less than the raw mpi4py call.
+ *
+ * How, without MPI's headers: mpicomm.core.cmpi finds the MPI functions in the libmpi that
+ * mpi4py loaded (dlsym through mpi4py's extension module), tells this module the handle width
+ * (MPICH's ABI: int; Open MPI's and the MPI-5 standard ABI: pointers), MPI_IN_PLACE's value and
+ * where mpi4py keeps the handle inside its objects, and checks one call of each kind before it
+ * is used. Every function here returns None once MPI has done the call, raises mpi4py's
+ * MPI.Exception when MPI returns an error, and returns NotImplemented, before any MPI call,
+ * when it cannot serve the arguments (an object that is not a C-contiguous buffer, a read-only
+ * output, sizes that do not fit, a count over INT_MAX): the caller then takes mpi4py's path,
+ * whose errors are the ones users see. The GIL is released around every MPI call.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef intptr_t H; /* an MPI handle as this module carries it */
+
+enum { F_ALLREDUCE, F_BCAST, F_ALLGATHER, F_REDUCE_SCATTER_BLOCK, F_ALLTOALL, F_ALLTOALLV,
+       F_SEND, F_RECV, F_COMM_SIZE, F_GATHER, F_SCATTER, F_REDUCE, F_COUNT };
+
+static const char *const NAMES[F_COUNT] = {
+    "MPI_Allreduce", "MPI_Bcast", "MPI_Allgather", "MPI_Reduce_scatter_block", "MPI_Alltoall",
+    "MPI_Alltoallv", "MPI_Send", "MPI_Recv", "MPI_Comm_size", "MPI_Gather", "MPI_Scatter",
+    "MPI_Reduce"};
+
+static void *fn[F_COUNT];
+static int bound = 0;
+static int int_handles = 1;     /* 1: handles are C ints; 0: pointers */
+static void *in_place = NULL;   /* MPI_IN_PLACE */
+static Py_ssize_t offset = 0;   /* where mpi4py keeps the handle inside its objects */
+static PyTypeObject *t_comm = NULL, *t_datatype = NULL, *t_op = NULL, *t_ndarray = NULL;
+static PyObject *exc_type = NULL; /* mpi4py's MPI.Exception */
+
+/* A call through fn[i] with handles of either width: C(h) converts a handle, T its type. */
+#define I_T int
+#define I(h) ((int)(h))
+#define P_T void *
+#define P(h) ((void *)(h))
+
+static int handle_of(PyObject *obj, PyTypeObject *type, H *out) {
+    if (!PyObject_TypeCheck(obj, type)) return 0;
+    char *at = (char *)obj + offset;
+    *out = int_handles ? (H) * (int *)at : (H) * (void **)at;
+    return 1;
+}
+
+static PyObject *mpi_error(int ierr) {
+    PyObject *code = PyLong_FromLong(ierr);
+    if (code != NULL) {
+        PyErr_SetObject(exc_type, code);
+        Py_DECREF(code);
+    }
+    return NULL;
+}
+
+/* The buffers of a call's array arguments; released together. */
+typedef struct {
+    Py_buffer v[6];
+    int n;
+} Bufs;
+
+static int get(Bufs *b, PyObject *obj, int writable) {
+    if (Py_TYPE(obj) != t_ndarray) return 0; /* numpy only: its buffers say their itemsize */
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->v[b->n], flags) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    b->n++;
+    return 1;
+}
+
+static void release(Bufs *b) {
+    for (int i = 0; i < b->n; i++) PyBuffer_Release(&b->v[i]);
+    b->n = 0;
+}
+
+static PyObject *cannot(Bufs *b) {
+    release(b);
+    Py_RETURN_NOTIMPLEMENTED;
+}
+
+static PyObject *done(Bufs *b, int ierr) {
+    release(b);
+    if (ierr) return mpi_error(ierr);
+    Py_RETURN_NONE;
+}
+
+/* Whether two buffers share no byte (MPI forbids aliased send and receive buffers). */
+static int apart(const Py_buffer *x, const Py_buffer *y) {
+    const char *a = x->buf, *b = y->buf;
+    return x->len == 0 || y->len == 0 || a + x->len <= b || b + y->len <= a;
+}
+
+static Py_ssize_t elements(const Py_buffer *v) { return v->itemsize > 0 ? v->len / v->itemsize : -1; }
+
+static int comm_size(H comm, int *size) {
+    return int_handles ? ((int (*)(I_T, int *))fn[F_COMM_SIZE])(I(comm), size)
+                       : ((int (*)(P_T, int *))fn[F_COMM_SIZE])(P(comm), size);
+}
+
+#define ARGS(n)                                                                       \
+    if (!bound || nargs != (n)) {                                                     \
+        PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi: unbound or wrong args"); \
+        return NULL;                                                                  \
+    }
+
+/* allreduce(buf, datatype, op, comm): MPI_Allreduce(MPI_IN_PLACE, buf, ...). */
+static PyObject *allreduce(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(4);
+    Bufs b = {.n = 0};
+    H dt, op, comm;
+    if (!handle_of(a[1], t_datatype, &dt) || !handle_of(a[2], t_op, &op) || !handle_of(a[3], t_comm, &comm))
+        return cannot(&b);
+    if (!get(&b, a[0], 1)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]);
+    if (n < 0 || n > INT_MAX) return cannot(&b);
+    void *buf = b.v[0].buf;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, C##_T))fn[F_ALLREDUCE])( \
+    in_place, buf, (int)n, C(dt), C(op), C(comm))
+    ierr = int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return done(&b, ierr);
+}
+
+/* bcast(buf, datatype, root, comm): MPI_Bcast; buf is written on every rank but the root. */
+static PyObject *bcast(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(4);
+    Bufs b = {.n = 0};
+    H dt, comm;
+    int root = (int)PyLong_AsLong(a[2]);
+    if (root == -1 && PyErr_Occurred()) return NULL;
+    if (!handle_of(a[1], t_datatype, &dt) || !handle_of(a[3], t_comm, &comm)) return cannot(&b);
+    if (!get(&b, a[0], 1)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]);
+    if (n < 0 || n > INT_MAX) return cannot(&b);
+    void *buf = b.v[0].buf;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C) ((int (*)(void *, int, C##_T, int, C##_T))fn[F_BCAST])(buf, (int)n, C(dt), root, C(comm))
+    ierr = int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return done(&b, ierr);
+}
+
+/* allgather(send, recv, datatype, comm): recv holds the group size times send's elements. */
+static PyObject *allgather(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(4);
+    Bufs b = {.n = 0};
+    H dt, comm;
+    int size;
+    if (!handle_of(a[2], t_datatype, &dt) || !handle_of(a[3], t_comm, &comm)) return cannot(&b);
+    if (!get(&b, a[0], 0) || !get(&b, a[1], 1)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]);
+    if (n < 0 || n > INT_MAX || b.v[0].itemsize != b.v[1].itemsize || !apart(&b.v[0], &b.v[1]))
+        return cannot(&b);
+    if (comm_size(comm, &size) || elements(&b.v[1]) != n * size) return cannot(&b);
+    void *s = b.v[0].buf, *r = b.v[1].buf;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C) ((int (*)(const void *, int, C##_T, void *, int, C##_T, C##_T))fn[F_ALLGATHER])( \
+    s, (int)n, C(dt), r, (int)n, C(dt), C(comm))
+    ierr = int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return done(&b, ierr);
+}
+
+/* reduce_scatter_block(send, recv, datatype, op, comm): send holds the group size times recv's elements. */
+static PyObject *reduce_scatter_block(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(5);
+    Bufs b = {.n = 0};
+    H dt, op, comm;
+    int size;
+    if (!handle_of(a[2], t_datatype, &dt) || !handle_of(a[3], t_op, &op) || !handle_of(a[4], t_comm, &comm))
+        return cannot(&b);
+    if (!get(&b, a[0], 0) || !get(&b, a[1], 1)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[1]);
+    if (n < 0 || n > INT_MAX || b.v[0].itemsize != b.v[1].itemsize || !apart(&b.v[0], &b.v[1]))
+        return cannot(&b);
+    if (comm_size(comm, &size) || elements(&b.v[0]) != n * size) return cannot(&b);
+    void *s = b.v[0].buf, *r = b.v[1].buf;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, C##_T))fn[F_REDUCE_SCATTER_BLOCK])( \
+    s, r, (int)n, C(dt), C(op), C(comm))
+    ierr = int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return done(&b, ierr);
+}
+
+/* alltoall(send, recv, datatype, comm): equal pieces, send and recv of one size. */
+static PyObject *alltoall(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(4);
+    Bufs b = {.n = 0};
+    H dt, comm;
+    int size;
+    if (!handle_of(a[2], t_datatype, &dt) || !handle_of(a[3], t_comm, &comm)) return cannot(&b);
+    if (!get(&b, a[0], 0) || !get(&b, a[1], 1)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]);
+    if (n < 0 || b.v[0].len != b.v[1].len || b.v[0].itemsize != b.v[1].itemsize || !apart(&b.v[0], &b.v[1]))
+        return cannot(&b);
+    if (comm_size(comm, &size) || size <= 0 || n % size || n / size > INT_MAX) return cannot(&b);
+    int count = (int)(n / size);
+    void *s = b.v[0].buf, *r = b.v[1].buf;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C) ((int (*)(const void *, int, C##_T, void *, int, C##_T, C##_T))fn[F_ALLTOALL])( \
+    s, count, C(dt), r, count, C(dt), C(comm))
+    ierr = int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return done(&b, ierr);
+}
+
+/* Whether counts/displacements (int32 arrays of the group size) stay inside a buffer of n elements. */
+static int inside(const Py_buffer *counts, const Py_buffer *displs, int size, Py_ssize_t n) {
+    if (counts->len != (Py_ssize_t)sizeof(int) * size || displs->len != (Py_ssize_t)sizeof(int) * size ||
+        counts->itemsize != (Py_ssize_t)sizeof(int) || displs->itemsize != (Py_ssize_t)sizeof(int))
+        return 0;
+    const int *c = counts->buf, *d = displs->buf;
+    for (int i = 0; i < size; i++)
+        if (c[i] < 0 || d[i] < 0 || (Py_ssize_t)d[i] + c[i] > n) return 0;
+    return 1;
+}
+
+/* alltoallv(send, scounts, sdispls, recv, rcounts, rdispls, datatype, comm); counts are int32 arrays. */
+static PyObject *alltoallv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(8);
+    Bufs b = {.n = 0};
+    H dt, comm;
+    int size;
+    if (!handle_of(a[6], t_datatype, &dt) || !handle_of(a[7], t_comm, &comm)) return cannot(&b);
+    if (!get(&b, a[0], 0) || !get(&b, a[1], 0) || !get(&b, a[2], 0) || !get(&b, a[3], 1) ||
+        !get(&b, a[4], 0) || !get(&b, a[5], 0))
+        return cannot(&b);
+    if (b.v[0].itemsize != b.v[3].itemsize || !apart(&b.v[0], &b.v[3]) || comm_size(comm, &size) ||
+        !inside(&b.v[1], &b.v[2], size, elements(&b.v[0])) || !inside(&b.v[4], &b.v[5], size, elements(&b.v[3])))
+        return cannot(&b);
+    const void *s = b.v[0].buf;
+    void *r = b.v[3].buf;
+    const int *sc = b.v[1].buf, *sd = b.v[2].buf, *rc = b.v[4].buf, *rd = b.v[5].buf;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C)                                                                                      \
+    ((int (*)(const void *, const int *, const int *, C##_T, void *, const int *, const int *, C##_T, \
+              C##_T))fn[F_ALLTOALLV])(s, sc, sd, C(dt), r, rc, rd, C(dt), C(comm))
+    ierr = int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return done(&b, ierr);
+}
+
+/* send(buf, datatype, dest, tag, comm) */
+static PyObject *send(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(5);
+    Bufs b = {.n = 0};
+    H dt, comm;
+    int dest = (int)PyLong_AsLong(a[2]), tag = (int)PyLong_AsLong(a[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (!handle_of(a[1], t_datatype, &dt) || !handle_of(a[4], t_comm, &comm)) return cannot(&b);
+    if (!get(&b, a[0], 0)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]);
+    if (n < 0 || n > INT_MAX) return cannot(&b);
+    void *buf = b.v[0].buf;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C) ((int (*)(const void *, int, C##_T, int, int, C##_T))fn[F_SEND])( \
+    buf, (int)n, C(dt), dest, tag, C(comm))
+    ierr = int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return done(&b, ierr);
+}
+
+/* recv(buf, datatype, source, tag, comm): a message longer than buf is MPI's truncation error. */
+static PyObject *recv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(5);
+    Bufs b = {.n = 0};
+    H dt, comm;
+    int source = (int)PyLong_AsLong(a[2]), tag = (int)PyLong_AsLong(a[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (!handle_of(a[1], t_datatype, &dt) || !handle_of(a[4], t_comm, &comm)) return cannot(&b);
+    if (!get(&b, a[0], 1)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]);
+    if (n < 0 || n > INT_MAX) return cannot(&b);
+    void *buf = b.v[0].buf;
+    /* MPI_Status is at most a few dozen bytes in every ABI; 256 aligned bytes hold any of them. */
+    union { char bytes[256]; long double align; } status;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C) ((int (*)(void *, int, C##_T, int, int, C##_T, void *))fn[F_RECV])( \
+    buf, (int)n, C(dt), source, tag, C(comm), &status)
+    ierr = int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return done(&b, ierr);
+}
+
+/* handle(obj): the handle read where this module reads it (to check the binding against .handle). */
+static PyObject *handle(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(1);
+    H h;
+    if (!handle_of(a[0], t_comm, &h) && !handle_of(a[0], t_datatype, &h) && !handle_of(a[0], t_op, &h))
+        Py_RETURN_NONE;
+    return PyLong_FromSsize_t((Py_ssize_t)h);
+}
+
+/* bind(addresses, int_handles, in_place, offset, Comm, Datatype, Op, ndarray, Exception) */
+static PyObject *bind(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyTuple_Check(a[0]) || PyTuple_GET_SIZE(a[0]) != F_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi.bind: wrong arguments");
+        return NULL;
+    }
+    void *f[F_COUNT];
+    for (int i = 0; i < F_COUNT; i++) {
+        f[i] = PyLong_AsVoidPtr(PyTuple_GET_ITEM(a[0], i));
+        if (f[i] == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "mpicomm.core._cmpi.bind: no address for %s", NAMES[i]);
+            return NULL;
+        }
+    }
+    int ih = PyObject_IsTrue(a[1]);
+    void *ip = PyLong_AsVoidPtr(a[2]);
+    Py_ssize_t off = PyLong_AsSsize_t(a[3]);
+    if (ih < 0 || PyErr_Occurred()) return NULL;
+    for (int i = 4; i <= 7; i++)
+        if (!PyType_Check(a[i])) {
+            PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi.bind: expected types");
+            return NULL;
+        }
+    memcpy(fn, f, sizeof(fn));
+    int_handles = ih;
+    in_place = ip;
+    offset = off;
+    Py_XSETREF(t_comm, (PyTypeObject *)Py_NewRef(a[4]));
+    Py_XSETREF(t_datatype, (PyTypeObject *)Py_NewRef(a[5]));
+    Py_XSETREF(t_op, (PyTypeObject *)Py_NewRef(a[6]));
+    Py_XSETREF(t_ndarray, (PyTypeObject *)Py_NewRef(a[7]));
+    Py_XSETREF(exc_type, Py_NewRef(a[8]));
+    bound = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *names(PyObject *self, PyObject *unused) {
+    PyObject *t = PyTuple_New(F_COUNT);
+    if (t == NULL) return NULL;
+    for (int i = 0; i < F_COUNT; i++) {
+        PyObject *s = PyUnicode_FromString(NAMES[i]);
+        if (s == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
+#define FAST(name) {#name, (PyCFunction)(void (*)(void))name, METH_FASTCALL, NULL}
+static PyMethodDef methods[] = {
+    FAST(bind), FAST(handle), FAST(allreduce), FAST(bcast), FAST(allgather), FAST(reduce_scatter_block),
+    FAST(alltoall), FAST(alltoallv), FAST(send), FAST(recv),
+    {"names", names, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cmpi",
+                                    "MPI calls for mpicomm's fast paths (see mpicomm.core.cmpi).", -1, methods};
+
+PyMODINIT_FUNC PyInit__cmpi(void) { return PyModule_Create(&module); }

@@ -1,0 +1,143 @@
+"""The fast paths' MPI calls, made from C (``mpicomm.core._cmpi``) where that module is built and bound.
+
+mpi4py parses every message it is given (``[array, datatype]``, the op, the communicator), which
+costs about 0.3 us a call, as much as all of mpicomm's own checks on a common call. The C module
+takes the mpi4py objects the fast paths already hold, reads their handles where mpi4py keeps them
+and calls MPI itself, so a common blocking call on numpy arrays costs less than the raw mpi4py
+call it replaces. Its functions mirror MPI's, in MPI's argument order:
+
+============================  =========================================================
+function                      MPI call
+============================  =========================================================
+``allreduce(buf, dt, op, c)``   ``MPI_Allreduce(MPI_IN_PLACE, buf, ...)``
+``bcast(buf, dt, root, c)``     ``MPI_Bcast``
+``allgather(s, r, dt, c)``      ``MPI_Allgather``, ``r`` the group size times ``s``
+``reduce_scatter_block(s, r, dt, op, c)``  ``MPI_Reduce_scatter_block``
+``alltoall(s, r, dt, c)``       ``MPI_Alltoall`` of equal pieces
+``alltoallv(s, sc, sd, r, rc, rd, dt, c)``  ``MPI_Alltoallv``, counts as int32 arrays
+``send(buf, dt, dest, tag, c)`` ``MPI_Send``
+``recv(buf, dt, src, tag, c)``  ``MPI_Recv``
+============================  =========================================================
+
+Each returns None once MPI has made the call, raises mpi4py's ``MPI.Exception`` on an MPI error,
+and returns ``NotImplemented`` *before any MPI call* when it cannot serve the arguments (not a
+C-contiguous numpy array, a read-only output, sizes that do not match, a count over 2**31 - 1).
+A caller then makes the mpi4py call, whose checks and messages are the ones users see::
+
+    if cmpi.allreduce(x, dt, op, comm) is NotImplemented:
+        comm.Allreduce(MPI.IN_PLACE, [x, dt], op)
+
+Until :func:`bind` succeeds (MPI not started yet, no C compiler at install, an MPI whose library
+cannot be found, or ``MPICOMM_C=0``) every function here returns ``NotImplemented``, so mpicomm
+behaves exactly as with mpi4py alone.
+
+Binding needs no MPI headers: the functions are looked up in the libmpi that mpi4py loaded
+(``dlsym`` through mpi4py's own extension module, which searches its dependencies), the handle
+width comes from ``MPI._sizeof`` (MPICH's ABI: C ints; Open MPI's and the MPI-5 standard ABI:
+pointers), ``MPI_IN_PLACE`` from ``int(MPI.IN_PLACE)``, and where mpi4py keeps a handle inside its
+objects from ``MPI._addressof``. Each of these is checked (handles read back against ``.handle``,
+one ``MPI_Allreduce`` on ``MPI_COMM_SELF``) before the module is used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+import numpy as np
+
+from .. import _mpi
+
+__all__ = [
+    "allgather",
+    "allreduce",
+    "alltoall",
+    "alltoallv",
+    "bcast",
+    "bind",
+    "bound",
+    "recv",
+    "reduce_scatter_block",
+    "send",
+]
+
+
+def _unbound(*args: Any) -> Any:
+    return NotImplemented
+
+
+allreduce = bcast = allgather = reduce_scatter_block = alltoall = alltoallv = send = recv = _unbound
+_NAMES = ("allreduce", "bcast", "allgather", "reduce_scatter_block", "alltoall", "alltoallv", "send", "recv")
+_why = "not bound yet (MPI not started)"
+
+
+def bound() -> str | None:
+    """None when the C calls are in use, else why not (for ``python -m mpicomm info`` and the bench).
+
+    Example:
+        >>> import mpicomm
+        >>> _ = mpicomm.init()
+        >>> bound() is None or isinstance(bound(), str)
+        True
+    """
+    return None if allreduce is not _unbound else _why
+
+
+def bind() -> None:
+    """Bind the C module to the running MPI; leave the mpi4py path in place if anything is off.
+
+    Called by :func:`mpicomm.init` once MPI has started. Idempotent.
+    """
+    global _why
+    if allreduce is not _unbound:
+        return
+    if os.environ.get("MPICOMM_C", "1").strip() in ("0", "off", "no", "false"):
+        _why = "switched off (MPICOMM_C=0)"
+        return
+    try:
+        from . import _cmpi  # type: ignore[attr-defined]
+    except ImportError as exc:
+        _why = f"the C module is not built ({exc})"
+        return
+    try:
+        _bind(_cmpi)
+    except (OSError, AttributeError, ValueError, TypeError, RuntimeError) as exc:
+        _why = f"binding failed: {exc}"
+        return
+    globals().update({name: getattr(_cmpi, name) for name in _NAMES})
+    _why = ""
+
+
+def _bind(module: Any) -> None:
+    MPI = _mpi.MPI
+    lib = ctypes.CDLL(MPI.__file__, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    addresses = tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in module.names())
+    width = MPI._sizeof(MPI.Comm)
+    if width not in (ctypes.sizeof(ctypes.c_int), ctypes.sizeof(ctypes.c_void_p)):
+        raise ValueError(f"MPI handles of {width} bytes")
+    samples = (MPI.COMM_SELF, MPI.COMM_WORLD, MPI.FLOAT, MPI.DOUBLE, MPI.SUM, MPI.MAX)
+    offsets = {MPI._addressof(x) - id(x) for x in samples}
+    if len(offsets) != 1:
+        raise ValueError(f"mpi4py keeps handles at offsets {sorted(offsets)}")
+    int_handles = width == ctypes.sizeof(ctypes.c_int) and width != ctypes.sizeof(ctypes.c_void_p)
+    module.bind(
+        addresses,
+        int_handles,
+        int(MPI.IN_PLACE),
+        offsets.pop(),
+        MPI.Comm,
+        MPI.Datatype,
+        MPI.Op,
+        np.ndarray,
+        MPI.Exception,
+    )
+    for x in samples:
+        got = module.handle(x)
+        want = x.handle if int_handles else ctypes.c_void_p(x.handle).value
+        if got is None or (got - want) % (1 << 64 if not int_handles else 1 << 32):
+            raise ValueError(f"read handle {got} for {x!r}, mpi4py says {x.handle}")
+    probe = np.array([3.0, 4.0])
+    answer = module.allreduce(probe, MPI.DOUBLE, MPI.SUM, MPI.COMM_SELF)
+    if answer is not None or probe.tolist() != [3.0, 4.0]:
+        raise RuntimeError("a probe MPI_Allreduce on MPI_COMM_SELF gave a wrong answer")
