@@ -19,6 +19,20 @@ function                      MPI call
 ``recv(buf, dt, src, tag, c)``  ``MPI_Recv``
 ============================  =========================================================
 
+and the list forms' common calls (lists of numpy arrays of one kind, as :mod:`mpicomm.dense.small`,
+:mod:`mpicomm.dense.placed` and :mod:`mpicomm.dense.exchange` make them, with the same MPI calls,
+so ranks on either path match):
+
+==============================================  ==================================================
+``allgather_list(x, outs, dt, c, limit)``       ``MPI_Allgather`` into a temporary, copied out
+``reduce_scatter_list(out, ins, dt, op, c, limit)``  ``ins`` packed, ``MPI_Reduce_scatter_block``
+``gather_list(x, outs, root, dt, c, limit)``    ``MPI_Gatherv`` (``outs`` None off the root)
+``exchange(recvs, sends, out, tag, dt, c)``     one ``MPI_Irecv``/``MPI_Isend`` per peer, then
+                                                ``MPI_Waitall``; the own entry copied
+==============================================  ==================================================
+
+No buffer that is written may share memory with another, or the function returns ``NotImplemented``.
+
 Each returns None once MPI has made the call, raises mpi4py's ``MPI.Exception`` on an MPI error,
 and returns ``NotImplemented`` *before any MPI call* when it cannot serve the arguments (not a
 C-contiguous numpy array, a read-only output, sizes that do not match, a count over 2**31 - 1).
@@ -51,14 +65,18 @@ from .. import _mpi
 
 __all__ = [
     "allgather",
+    "allgather_list",
     "allreduce",
     "alltoall",
     "alltoallv",
     "bcast",
     "bind",
     "bound",
+    "exchange",
+    "gather_list",
     "recv",
     "reduce_scatter_block",
+    "reduce_scatter_list",
     "send",
 ]
 
@@ -68,7 +86,21 @@ def _unbound(*args: Any) -> Any:
 
 
 allreduce = bcast = allgather = reduce_scatter_block = alltoall = alltoallv = send = recv = _unbound
-_NAMES = ("allreduce", "bcast", "allgather", "reduce_scatter_block", "alltoall", "alltoallv", "send", "recv")
+allgather_list = reduce_scatter_list = gather_list = exchange = _unbound
+_NAMES = (
+    "allreduce",
+    "bcast",
+    "allgather",
+    "reduce_scatter_block",
+    "alltoall",
+    "alltoallv",
+    "send",
+    "recv",
+    "allgather_list",
+    "reduce_scatter_list",
+    "gather_list",
+    "exchange",
+)
 _why = "not bound yet (MPI not started)"
 
 
@@ -131,6 +163,7 @@ def _bind(module: Any) -> None:
         MPI.Op,
         np.ndarray,
         MPI.Exception,
+        MPI._sizeof(MPI.Status),
     )
     for x in samples:
         got = module.handle(x)

@@ -419,10 +419,19 @@ def _scatter_fast(w: ProcessGroup, out: Any, ins: Any, src: Any) -> bool:
     and do not share memory with ``out``.
     """
     root = 0 if src is None else src
-    dt = fast.dt_out(out)
-    if dt is None or type(root) is not int or not 0 <= root < w._size:
+    if type(out) is not np.ndarray or type(root) is not int or not 0 <= root < w._size:
         return False
     comm = w.internal
+    dt = _DATATYPES.get(out.dtype)
+    if dt is not None:
+        if w._rank != root:
+            if ins is None and cmpi.recv(out, dt, root, SCATTER, comm) is None:
+                return True
+        elif cmpi.exchange(None, ins, out, SCATTER, dt, comm) is None:
+            return True
+    dt = fast.dt_out(out)
+    if dt is None:
+        return False
     if w._rank != root:
         if ins is not None:
             return False

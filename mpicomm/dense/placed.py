@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..core import fast
+from ..core import cmpi, fast
 from ..core.buffers import _DATATYPES, address, datatype, message
 from ..core.groups import ProcessGroup
 from ..core.work import Work
@@ -31,6 +31,8 @@ __all__ = ["entries", "gather", "gather_fast", "spread"]
 
 #: The largest displacement every MPI takes (a C int: Open MPI 5 has no MPI-4 large-count calls).
 INT_MAX = (1 << 31) - 1
+#: Bytes per entry up to which a common gather goes through cmpi's temporary (one copy per entry).
+SMALL_GATHER = 64 << 10
 
 
 def spread(arrays: list[np.ndarray]) -> tuple[np.ndarray, list[int]] | None:
@@ -164,8 +166,13 @@ def gather_fast(w: ProcessGroup, x: Any, outs: Any, dst: Any) -> bool:
     and share no memory with each other or the input (else the general path sorts it out).
     """
     root = 0 if dst is None else dst
+    if type(x) is not np.ndarray or type(root) is not int or not 0 <= root < w._size:
+        return False
+    dt = _DATATYPES.get(x.dtype)
+    if dt is not None and cmpi.gather_list(x, outs, root, dt, w.comm, SMALL_GATHER) is None:
+        return True
     dt = fast.dt_in(x)
-    if dt is None or type(root) is not int or not 0 <= root < w._size:
+    if dt is None:
         return False
     if w._rank != root:
         if outs is not None:

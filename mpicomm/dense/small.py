@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core import fast
-from ..core.buffers import staged
+from ..core import cmpi, fast
+from ..core.buffers import _DATATYPES, staged
 from ..core.groups import ProcessGroup
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work
@@ -54,8 +54,12 @@ def small(sizes: list[int], itemsize: int) -> bool:
 
 def all_gather(w: ProcessGroup, outs: Any, x: Any) -> bool:
     """Serve a common ``all_gather`` (see the module), or return False."""
-    dt = fast.dt_in(x)
-    if dt is None or x.nbytes > SMALL:
+    dt = _DATATYPES.get(x.dtype) if type(x) is np.ndarray else None
+    if dt is None:
+        return False
+    if cmpi.allgather_list(x, outs, dt, w.comm, SMALL) is None:
+        return True
+    if fast.dt_in(x) is None or x.nbytes > SMALL:
         return False
     owners: set[int] = set()
     if not entries(outs, w._size, dt, x.size, True, owners, SMALL) or not entries(
@@ -91,9 +95,13 @@ def gather_small(comm: Any, outs: list[np.ndarray], x: np.ndarray, dt: Any, asyn
 
 def reduce_scatter(w: ProcessGroup, out: Any, ins: Any, op: Any) -> bool:
     """Serve a common ``reduce_scatter`` (see the module), or return False."""
-    if type(op) is not ReduceOp or not op._plain or fast.dt_out(out) is None or out.nbytes > SMALL:
+    if type(op) is not ReduceOp or not op._plain or type(out) is not np.ndarray:
         return False
     pair = op._ops.get(out.dtype)
+    if pair is not None and cmpi.reduce_scatter_list(out, ins, pair[0], pair[1], w.comm, SMALL) is None:
+        return True
+    if fast.dt_out(out) is None or out.nbytes > SMALL:
+        return False
     owners: set[int] = set()
     if pair is None or not entries([out], 1, pair[0], out.size, True, owners, SMALL):
         return False
