@@ -7,4 +7,13 @@ it is optional: where it cannot be built, the install goes on and mpicomm calls 
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("mpicomm.core._cmpi", ["mpicomm/core/_cmpi.c"], optional=True)])
+setup(
+    ext_modules=[
+        Extension(
+            "mpicomm.core._cmpi",
+            ["mpicomm/core/_cmpi.c", "mpicomm/core/_cmpi_lists.c"],
+            depends=["mpicomm/core/_cmpi.h"],
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,135 @@
+/* The shared part of mpicomm.core._cmpi (see _cmpi.c): the bound state, handle and buffer helpers. */
+#ifndef MPICOMM_CMPI_H
+#define MPICOMM_CMPI_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define HIDDEN __attribute__((visibility("hidden")))
+#else
+#define HIDDEN
+#endif
+
+typedef intptr_t H; /* an MPI handle as this module carries it */
+
+enum { F_ALLREDUCE, F_BCAST, F_ALLGATHER, F_REDUCE_SCATTER_BLOCK, F_ALLTOALL, F_ALLTOALLV,
+       F_SEND, F_RECV, F_COMM_SIZE, F_GATHERV, F_COMM_RANK, F_ISEND, F_IRECV, F_WAITALL, F_COUNT };
+
+/* What bind() learnt: the MPI functions, the handle width, MPI_IN_PLACE, mpi4py's layout. */
+typedef struct {
+    void *fn[F_COUNT];
+    int bound;
+    int int_handles;          /* 1: handles are C ints (MPICH's ABI); 0: pointers */
+    void *in_place;           /* MPI_IN_PLACE */
+    Py_ssize_t offset;        /* where mpi4py keeps the handle inside its objects */
+    Py_ssize_t status_size;   /* sizeof(MPI_Status) */
+    PyTypeObject *t_comm, *t_datatype, *t_op, *t_ndarray;
+    PyObject *exc_type;       /* mpi4py's MPI.Exception */
+} CmpiState;
+
+extern HIDDEN CmpiState cmpi_state;
+#define S cmpi_state
+
+/* A call through S.fn[i] with handles of either width: C(h) converts a handle, C##_T is its type. */
+#define I_T int
+#define I(h) ((int)(h))
+#define P_T void *
+#define P(h) ((void *)(h))
+
+/* The buffers of a call's array arguments; released together. */
+typedef struct {
+    Py_buffer v[6];
+    int n;
+} Bufs;
+
+static inline int handle_of(PyObject *obj, PyTypeObject *type, H *out) {
+    if (!PyObject_TypeCheck(obj, type)) return 0;
+    char *at = (char *)obj + S.offset;
+    *out = S.int_handles ? (H) * (int *)at : (H) * (void **)at;
+    return 1;
+}
+
+static inline PyObject *mpi_error(int ierr) {
+    PyObject *code = PyLong_FromLong(ierr);
+    if (code != NULL) {
+        PyErr_SetObject(S.exc_type, code);
+        Py_DECREF(code);
+    }
+    return NULL;
+}
+
+
+static inline int get(Bufs *b, PyObject *obj, int writable) {
+    if (Py_TYPE(obj) != S.t_ndarray) return 0; /* numpy only: its buffers say their itemsize */
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->v[b->n], flags) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    b->n++;
+    return 1;
+}
+
+static inline void release(Bufs *b) {
+    for (int i = 0; i < b->n; i++) PyBuffer_Release(&b->v[i]);
+    b->n = 0;
+}
+
+static inline PyObject *cannot(Bufs *b) {
+    release(b);
+    Py_RETURN_NOTIMPLEMENTED;
+}
+
+static inline PyObject *done(Bufs *b, int ierr) {
+    release(b);
+    if (ierr) return mpi_error(ierr);
+    Py_RETURN_NONE;
+}
+
+/* Whether two buffers share no byte (MPI forbids aliased send and receive buffers). */
+static inline int apart(const Py_buffer *x, const Py_buffer *y) {
+    const char *a = x->buf, *b = y->buf;
+    return x->len == 0 || y->len == 0 || a + x->len <= b || b + y->len <= a;
+}
+
+static inline Py_ssize_t elements(const Py_buffer *v) { return v->itemsize > 0 ? v->len / v->itemsize : -1; }
+
+static inline int comm_size(H comm, int *size) {
+    return S.int_handles ? ((int (*)(I_T, int *))S.fn[F_COMM_SIZE])(I(comm), size)
+                       : ((int (*)(P_T, int *))S.fn[F_COMM_SIZE])(P(comm), size);
+}
+
+#define ARGS(n)                                                                       \
+    if (!S.bound || nargs != (n)) {                                                     \
+        PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi: unbound or wrong args"); \
+        return NULL;                                                                  \
+    }
+
+static inline int comm_rank(H comm, int *rank) {
+    return S.int_handles ? ((int (*)(I_T, int *))S.fn[F_COMM_RANK])(I(comm), rank)
+                         : ((int (*)(P_T, int *))S.fn[F_COMM_RANK])(P(comm), rank);
+}
+
+static inline int get_fmt(Bufs *b, PyObject *obj, int writable) {
+    if (Py_TYPE(obj) != S.t_ndarray) return 0;
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->v[b->n], flags) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    b->n++;
+    return 1;
+}
+
+/* The list forms (_cmpi_lists.c). */
+HIDDEN PyObject *cmpi_allgather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
+HIDDEN PyObject *cmpi_reduce_scatter_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
+HIDDEN PyObject *cmpi_gather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
+HIDDEN PyObject *cmpi_exchange(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
+
+#endif

@@ -1,0 +1,316 @@
+/* mpicomm.core._cmpi, the list forms: lists of numpy arrays, one per rank, as the Python paths in
+ * mpicomm.dense.small, .placed and .exchange take them, making the same MPI calls (see _cmpi.c). */
+#include "_cmpi.h"
+
+
+/* The buffers of a list of `size` arrays (or of one array repeated), with their formats. */
+typedef struct {
+    Py_buffer *v;
+    int n;
+} List;
+
+static void drop(List *l) {
+    for (int i = 0; i < l->n; i++) PyBuffer_Release(&l->v[i]);
+    PyMem_Free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+static int same_kind(const Py_buffer *x, const Py_buffer *y) {
+    const char *f = x->format ? x->format : "B", *g = y->format ? y->format : "B";
+    return x->itemsize == y->itemsize && strcmp(f, g) == 0;
+}
+
+/* Fill l with the buffers of list `obj` of `size` C-contiguous numpy arrays of `like`'s kind and
+ * length (`len` bytes; -1: any length). 0 where anything differs (nothing is left held then). */
+static int get_list(List *l, PyObject *obj, int size, const Py_buffer *like, Py_ssize_t len, int writable) {
+    l->v = NULL;
+    l->n = 0;
+    if (!PyList_CheckExact(obj) || PyList_GET_SIZE(obj) != size) return 0;
+    l->v = PyMem_Calloc(size > 0 ? size : 1, sizeof(Py_buffer));
+    if (l->v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    for (int i = 0; i < size; i++) {
+        PyObject *x = PyList_GET_ITEM(obj, i);
+        if (Py_TYPE(x) != S.t_ndarray || PyObject_GetBuffer(x, &l->v[i], flags) < 0) {
+            PyErr_Clear();
+            drop(l);
+            return 0;
+        }
+        l->n++;
+        if (!same_kind(&l->v[i], like) || (len >= 0 && l->v[i].len != len)) {
+            drop(l);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+typedef struct {
+    const char *start, *end;
+    int write;
+} Span;
+
+static int by_start(const void *x, const void *y) {
+    const char *a = ((const Span *)x)->start, *b = ((const Span *)y)->start;
+    return (a > b) - (a < b);
+}
+
+/* Whether no written span shares a byte with any other span (reads may share with reads). */
+static int disjoint(Span *s, int n) {
+    qsort(s, (size_t)n, sizeof(Span), by_start);
+    const char *end_any = NULL, *end_write = NULL;
+    for (int i = 0; i < n; i++) {
+        if (s[i].start == s[i].end) continue;
+        if (end_any != NULL && s[i].start < (s[i].write ? end_any : (end_write ? end_write : s[i].start)))
+            return 0;
+        if (end_any == NULL || s[i].end > end_any) end_any = s[i].end;
+        if (s[i].write && (end_write == NULL || s[i].end > end_write)) end_write = s[i].end;
+    }
+    return 1;
+}
+
+/* Whether the lists' and the single buffers' spans are disjoint where written. */
+static int spans_apart(List *lists[], const int *lwrite, int nl, Py_buffer *one[], const int *owrite, int no) {
+    int n = no;
+    for (int i = 0; i < nl; i++) n += lists[i]->n;
+    Span *s = PyMem_Malloc(sizeof(Span) * (size_t)(n > 0 ? n : 1));
+    if (s == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int k = 0;
+    for (int i = 0; i < nl; i++)
+        for (int j = 0; j < lists[i]->n; j++) {
+            Py_buffer *v = &lists[i]->v[j];
+            s[k++] = (Span){v->buf, (const char *)v->buf + v->len, lwrite[i]};
+        }
+    for (int i = 0; i < no; i++) s[k++] = (Span){one[i]->buf, (const char *)one[i]->buf + one[i]->len, owrite[i]};
+    int ok = disjoint(s, n);
+    PyMem_Free(s);
+    return ok;
+}
+
+/* allgather_list(x, outs, datatype, comm, limit): MPI_Allgather of x into a temporary, copied out
+ * into the list outs of arrays of x's kind and length, when x is at most `limit` bytes. */
+PyObject *cmpi_allgather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(5);
+    Bufs b = {.n = 0};
+    List outs;
+    H dt, comm;
+    int size;
+    Py_ssize_t limit = PyLong_AsSsize_t(a[4]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    if (!handle_of(a[2], S.t_datatype, &dt) || !handle_of(a[3], S.t_comm, &comm)) return cannot(&b);
+    if (!get_fmt(&b, a[0], 0)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]), len = b.v[0].len;
+    if (n < 0 || n > INT_MAX || len > limit || comm_size(comm, &size)) return cannot(&b);
+    if (!get_list(&outs, a[1], size, &b.v[0], len, 1)) return cannot(&b);
+    List *ls[] = {&outs};
+    int lw[] = {1}, ow[] = {0};
+    Py_buffer *one[] = {&b.v[0]};
+    char *tmp = spans_apart(ls, lw, 1, one, ow, 1) ? PyMem_Malloc((size_t)(len * size + 1)) : NULL;
+    if (tmp == NULL) {
+        PyErr_Clear();
+        drop(&outs);
+        return cannot(&b);
+    }
+    const void *s = b.v[0].buf;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C) ((int (*)(const void *, int, C##_T, void *, int, C##_T, C##_T))S.fn[F_ALLGATHER])( \
+    s, (int)n, C(dt), tmp, (int)n, C(dt), C(comm))
+    ierr = S.int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    if (!ierr)
+        for (int i = 0; i < size; i++) memcpy(outs.v[i].buf, tmp + (Py_ssize_t)i * len, (size_t)len);
+    PyMem_Free(tmp);
+    drop(&outs);
+    return done(&b, ierr);
+}
+
+/* reduce_scatter_list(out, ins, datatype, op, comm, limit): the list ins (arrays of out's kind and
+ * length) packed into a temporary and MPI_Reduce_scatter_block'ed into out, out at most `limit` bytes. */
+PyObject *cmpi_reduce_scatter_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(6);
+    Bufs b = {.n = 0};
+    List ins;
+    H dt, op, comm;
+    int size;
+    Py_ssize_t limit = PyLong_AsSsize_t(a[5]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    if (!handle_of(a[2], S.t_datatype, &dt) || !handle_of(a[3], S.t_op, &op) || !handle_of(a[4], S.t_comm, &comm))
+        return cannot(&b);
+    if (!get_fmt(&b, a[0], 1)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]), len = b.v[0].len;
+    if (n < 0 || n > INT_MAX || len > limit || comm_size(comm, &size)) return cannot(&b);
+    if (!get_list(&ins, a[1], size, &b.v[0], len, 0)) return cannot(&b);
+    List *ls[] = {&ins};
+    int lw[] = {0}, ow[] = {1};
+    Py_buffer *one[] = {&b.v[0]};
+    char *tmp = spans_apart(ls, lw, 1, one, ow, 1) ? PyMem_Malloc((size_t)(len * size + 1)) : NULL;
+    if (tmp == NULL) {
+        PyErr_Clear();
+        drop(&ins);
+        return cannot(&b);
+    }
+    for (int i = 0; i < size; i++) memcpy(tmp + (Py_ssize_t)i * len, ins.v[i].buf, (size_t)len);
+    drop(&ins);
+    void *r = b.v[0].buf;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, C##_T))S.fn[F_REDUCE_SCATTER_BLOCK])( \
+    tmp, r, (int)n, C(dt), C(op), C(comm))
+    ierr = S.int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    PyMem_Free(tmp);
+    return done(&b, ierr);
+}
+
+/* gather_list(x, outs, root, datatype, comm, limit): MPI_Gatherv of x; on the root into a temporary
+ * copied out into the list outs (arrays of x's kind and length; None on the other ranks), when x
+ * is at most `limit` bytes. Every rank makes the Gatherv the general path makes. */
+PyObject *cmpi_gather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(6);
+    Bufs b = {.n = 0};
+    List outs = {NULL, 0};
+    H dt, comm;
+    int size, rank;
+    int root = (int)PyLong_AsLong(a[2]);
+    Py_ssize_t limit = PyLong_AsSsize_t(a[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (!handle_of(a[3], S.t_datatype, &dt) || !handle_of(a[4], S.t_comm, &comm)) return cannot(&b);
+    if (!get_fmt(&b, a[0], 0)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]), len = b.v[0].len;
+    if (n < 0 || n > INT_MAX || len > limit || comm_size(comm, &size)) return cannot(&b);
+    int rerr = comm_rank(comm, &rank);
+    if (rerr || root < 0 || root >= size || (Py_ssize_t)n * size > INT_MAX) return cannot(&b);
+    char *tmp = NULL;
+    int *counts = NULL, *displs = NULL;
+    if (rank == root) {
+        if (!get_list(&outs, a[1], size, &b.v[0], len, 1)) return cannot(&b);
+        List *ls[] = {&outs};
+        int lw[] = {1}, ow[] = {0};
+        Py_buffer *one[] = {&b.v[0]};
+        if (spans_apart(ls, lw, 1, one, ow, 1)) {
+            tmp = PyMem_Malloc((size_t)(len * size + 1));
+            counts = PyMem_Malloc(sizeof(int) * 2 * (size_t)size);
+        }
+        if (tmp == NULL || counts == NULL) {
+            PyErr_Clear();
+            PyMem_Free(tmp);
+            PyMem_Free(counts);
+            drop(&outs);
+            return cannot(&b);
+        }
+        displs = counts + size;
+        for (int i = 0; i < size; i++) {
+            counts[i] = (int)n;
+            displs[i] = (int)n * i;
+        }
+    } else if (a[1] != Py_None) {
+        return cannot(&b);
+    }
+    const void *s = b.v[0].buf;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C)                                                                                          \
+    ((int (*)(const void *, int, C##_T, void *, const int *, const int *, C##_T, int, C##_T))S.fn[F_GATHERV])( \
+        s, (int)n, C(dt), tmp, counts, displs, C(dt), root, C(comm))
+    ierr = S.int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    if (!ierr && tmp != NULL)
+        for (int i = 0; i < size; i++) memcpy(outs.v[i].buf, tmp + (Py_ssize_t)i * len, (size_t)len);
+    PyMem_Free(tmp);
+    PyMem_Free(counts);
+    drop(&outs);
+    return done(&b, ierr);
+}
+
+/* exchange(recvs, sends, out, tag, datatype, comm): the pairwise exchange of
+ * mpicomm.dense.exchange: for each peer p (not this rank), an MPI_Irecv into recvs[p] and an
+ * MPI_Isend of sends[p] with `tag` over comm, this rank's own entry sends[rank] copied into
+ * recvs[rank] (or into `out` where recvs is None: scatter's root), then MPI_Waitall. recvs (or
+ * out) may be None; every array is of the first send's kind, and no written buffer may share
+ * memory with another. */
+PyObject *cmpi_exchange(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(6);
+    Bufs b = {.n = 0};
+    List recvs = {NULL, 0}, sends = {NULL, 0};
+    H dt, comm;
+    int size, rank;
+    int tag = (int)PyLong_AsLong(a[3]);
+    if (tag == -1 && PyErr_Occurred()) return NULL;
+    if (!handle_of(a[4], S.t_datatype, &dt) || !handle_of(a[5], S.t_comm, &comm)) return cannot(&b);
+    int rerr = comm_rank(comm, &rank);
+    if (rerr || comm_size(comm, &size) || size <= 0 || !PyList_CheckExact(a[1]) || PyList_GET_SIZE(a[1]) != size)
+        return cannot(&b);
+    if (!get_fmt(&b, PyList_GET_ITEM(a[1], 0), 0)) return cannot(&b); /* the kind every array must have */
+    if (!get_list(&sends, a[1], size, &b.v[0], -1, 0)) return cannot(&b);
+    Py_buffer *own = NULL;
+    if (a[0] != Py_None) {
+        if (a[2] != Py_None || !get_list(&recvs, a[0], size, &b.v[0], -1, 1)) {
+            drop(&sends);
+            return cannot(&b);
+        }
+        own = &recvs.v[rank];
+    } else if (a[2] != Py_None) {
+        if (!get_fmt(&b, a[2], 1) || !same_kind(&b.v[1], &b.v[0])) {
+            drop(&sends);
+            return cannot(&b);
+        }
+        own = &b.v[1];
+    }
+    List *ls[] = {&recvs, &sends};
+    int lw[] = {1, 0}, ow[] = {1};
+    Py_buffer *one[] = {own};
+    int ok = spans_apart(ls, lw, 2, one, ow, own != NULL && a[0] == Py_None ? 1 : 0);
+    ok = ok && (own == NULL || own->len == sends.v[rank].len);
+    for (int i = 0; ok && i < recvs.n; i++) ok = elements(&recvs.v[i]) <= INT_MAX;
+    for (int i = 0; ok && i < sends.n; i++) ok = elements(&sends.v[i]) <= INT_MAX;
+    Py_ssize_t width = S.int_handles ? (Py_ssize_t)sizeof(int) : (Py_ssize_t)sizeof(void *);
+    char *requests = ok ? PyMem_Malloc((size_t)(2 * size * (width + S.status_size) + 1)) : NULL;
+    if (requests == NULL) {
+        PyErr_Clear();
+        drop(&recvs);
+        drop(&sends);
+        return cannot(&b);
+    }
+    char *statuses = requests + 2 * size * width;
+    int count = 0, ierr = 0;
+    for (int p = 0; p < recvs.n && !ierr; p++) {
+        if (p == rank) continue;
+        Py_buffer *v = &recvs.v[p];
+        void *req = requests + count * width;
+#define CALL(C) ((int (*)(void *, int, C##_T, int, int, C##_T, void *))S.fn[F_IRECV])( \
+    v->buf, (int)elements(v), C(dt), p, tag, C(comm), req)
+        ierr = S.int_handles ? CALL(I) : CALL(P);
+#undef CALL
+        if (!ierr) count++;
+    }
+    for (int p = 0; p < sends.n && !ierr; p++) {
+        if (p == rank) continue;
+        Py_buffer *v = &sends.v[p];
+        void *req = requests + count * width;
+#define CALL(C) ((int (*)(const void *, int, C##_T, int, int, C##_T, void *))S.fn[F_ISEND])( \
+    v->buf, (int)elements(v), C(dt), p, tag, C(comm), req)
+        ierr = S.int_handles ? CALL(I) : CALL(P);
+#undef CALL
+        if (!ierr) count++;
+    }
+    if (own != NULL && !ierr) memcpy(own->buf, sends.v[rank].buf, (size_t)own->len);
+    int werr;
+    Py_BEGIN_ALLOW_THREADS;
+    werr = ((int (*)(int, void *, void *))S.fn[F_WAITALL])(count, requests, statuses);
+    Py_END_ALLOW_THREADS;
+    PyMem_Free(requests);
+    drop(&recvs);
+    drop(&sends);
+    return done(&b, ierr ? ierr : werr);
+}
