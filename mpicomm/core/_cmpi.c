@@ -21,7 +21,7 @@
 static const char *const NAMES[F_COUNT] = {
     "MPI_Allreduce", "MPI_Bcast", "MPI_Allgather", "MPI_Reduce_scatter_block", "MPI_Alltoall",
     "MPI_Alltoallv", "MPI_Send", "MPI_Recv", "MPI_Comm_size", "MPI_Gatherv", "MPI_Comm_rank",
-    "MPI_Isend", "MPI_Irecv", "MPI_Waitall"};
+    "MPI_Isend", "MPI_Irecv", "MPI_Waitall", "MPI_Reduce"};
 
 HIDDEN CmpiState cmpi_state = {.int_handles = 1};
 
@@ -40,6 +40,32 @@ static PyObject *allreduce(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, C##_T))S.fn[F_ALLREDUCE])( \
     S.in_place, buf, (int)n, C(dt), C(op), C(comm))
+    ierr = S.int_handles ? CALL(I) : CALL(P);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return done(&b, ierr);
+}
+
+/* reduce(buf, datatype, op, root, comm): MPI_Reduce into buf on the root (MPI_IN_PLACE), from buf
+ * elsewhere; buf must be writeable on every rank, as the general path requires. */
+static PyObject *reduce(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(5);
+    Bufs b = {.n = 0};
+    H dt, op, comm;
+    int rank, root = (int)PyLong_AsLong(a[3]);
+    if (root == -1 && PyErr_Occurred()) return NULL;
+    if (!handle_of(a[1], S.t_datatype, &dt) || !handle_of(a[2], S.t_op, &op) || !handle_of(a[4], S.t_comm, &comm))
+        return cannot(&b);
+    if (!get(&b, a[0], 1) || comm_rank(comm, &rank)) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]);
+    if (n < 0 || n > INT_MAX) return cannot(&b);
+    void *buf = b.v[0].buf;
+    const void *s = rank == root ? S.in_place : buf;
+    void *r = rank == root ? buf : NULL;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, int, C##_T))S.fn[F_REDUCE])( \
+    s, r, (int)n, C(dt), C(op), root, C(comm))
     ierr = S.int_handles ? CALL(I) : CALL(P);
 #undef CALL
     Py_END_ALLOW_THREADS;
@@ -291,7 +317,7 @@ static PyObject *names(PyObject *self, PyObject *unused) {
 #define FAST(name) {#name, (PyCFunction)(void (*)(void))name, METH_FASTCALL, NULL}
 #define LIST(name) {#name, (PyCFunction)(void (*)(void))cmpi_##name, METH_FASTCALL, NULL}
 static PyMethodDef methods[] = {
-    FAST(bind), FAST(handle), FAST(allreduce), FAST(bcast), FAST(allgather), FAST(reduce_scatter_block),
+    FAST(bind), FAST(handle), FAST(allreduce), FAST(reduce), FAST(bcast), FAST(allgather), FAST(reduce_scatter_block),
     FAST(alltoall), FAST(alltoallv), FAST(send), FAST(recv), LIST(allgather_list), LIST(reduce_scatter_list),
     LIST(gather_list), LIST(exchange),
     {"names", names, METH_NOARGS, NULL},

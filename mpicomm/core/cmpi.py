@@ -10,6 +10,7 @@ call it replaces. Its functions mirror MPI's, in MPI's argument order:
 function                      MPI call
 ============================  =========================================================
 ``allreduce(buf, dt, op, c)``   ``MPI_Allreduce(MPI_IN_PLACE, buf, ...)``
+``reduce(buf, dt, op, root, c)``  ``MPI_Reduce``, ``MPI_IN_PLACE`` on the root
 ``bcast(buf, dt, root, c)``     ``MPI_Bcast``
 ``allgather(s, r, dt, c)``      ``MPI_Allgather``, ``r`` the group size times ``s``
 ``reduce_scatter_block(s, r, dt, op, c)``  ``MPI_Reduce_scatter_block``
@@ -75,6 +76,7 @@ __all__ = [
     "exchange",
     "gather_list",
     "recv",
+    "reduce",
     "reduce_scatter_block",
     "reduce_scatter_list",
     "send",
@@ -85,10 +87,11 @@ def _unbound(*args: Any) -> Any:
     return NotImplemented
 
 
-allreduce = bcast = allgather = reduce_scatter_block = alltoall = alltoallv = send = recv = _unbound
+allreduce = reduce = bcast = allgather = reduce_scatter_block = alltoall = alltoallv = send = recv = _unbound
 allgather_list = reduce_scatter_list = gather_list = exchange = _unbound
 _NAMES = (
     "allreduce",
+    "reduce",
     "bcast",
     "allgather",
     "reduce_scatter_block",

@@ -214,6 +214,18 @@ def reduce(
         True
     """
     fn = "reduce"
+    w = _State.world
+    if group is None and async_op is False and group_dst is None and w is not None and not _Flag.on:
+        # the common call: a plain op on a cached dtype; cmpi checks the buffer
+        pair = op._ops.get(tensor.dtype) if type(tensor) is np.ndarray and type(op) is ReduceOp else None
+        root_ok = dst is None or (type(dst) is int and 0 <= dst < w._size)
+        if (
+            pair is not None
+            and op._plain
+            and root_ok
+            and cmpi.reduce(tensor, *pair, dst or 0, w.comm) is None
+        ):
+            return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
