@@ -148,9 +148,7 @@ class _DevicePath:
         dst = _receive_arrays(call, src)
         if direct:
             be.current_stream().synchronize()  # mpi4py hands the pointers over without waiting
-            call.a2a._moves(
-                call.send, call.recv, call.received, call.sent, _each(CudaBuffer, src), _each(CudaBuffer, dst)
-            )
+            call.a2a._moves(call, _each(CudaBuffer, src), _each(CudaBuffer, dst))
             PATHS[_FN, "direct"] += 1
             return _recat_later(call, dst)
         stage = Staging()
@@ -162,11 +160,9 @@ class _DevicePath:
                 host = keyed.KeyedJaggedArray._trusted(
                     kja._keys, hs[1], hs[0], hs[2], kja._stride, kja._spkpr
                 )
-                inner = call.a2a._start_in_place(
-                    host, call.send, call.recv, call.values_sk, call.received, call.sent, into=hd
-                )
+                inner = call.a2a._start_in_place(call._replace(kja=host), into=hd)
             else:
-                call.a2a._moves(call.send, call.recv, call.received, call.sent, hs, hd)
+                call.a2a._moves(call, hs, hd)
         except BaseException:
             stage.release()
             raise
@@ -184,7 +180,7 @@ def _each(f: Any, xs: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
 
 def _receive_arrays(call: kjt._Call, src: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     """New device arrays for what this rank receives: lengths, values and weights (or None)."""
-    xp, total = namespace(src[1]), call.received[1]
+    xp, total = namespace(src[1]), call.arrived.total
     lens, vals, w = src
     out_l = xp.empty(call.recv.total, dtype=lens.dtype)
     out_v = xp.empty((total, *vals.shape[1:]), dtype=vals.dtype)
@@ -206,7 +202,7 @@ def _recat_later(call: kjt._Call, dst: tuple[Any, Any, Any]) -> kjt.KJTAllToAllA
         if not lay.identity:
             xp = namespace(values)
             rows = _device_rows(xp, call, values.device.id)
-            index = segment_index(xp, call.values_sk.reshape(-1), lay.perm, call.received[1])
+            index = segment_index(xp, call.arrived.values_sk.reshape(-1), lay.perm, call.arrived.total)
             lengths, values = lengths[rows], values[index]
             weights = None if weights is None else weights[index]
         out.append(_output(call, lengths, values, weights))

@@ -9,6 +9,8 @@
 - ``kjt``: ``KJTAllToAll`` and its awaitable.
 - ``plan``: what a call of one shape computes once (counts message template, displacements, recat
   indices, datatypes), in bounded caches; the checks on received counts.
+- ``repeat``: what a call with the same per-key value counts as a recent one reuses (its counts
+  message, value displacements, value recat index and indexed datatypes), in bounded caches.
 - ``placement``: putting (source, key) segments in (key, source) order (MPI indexed types or a recat gather).
 - ``device``: the arrays' own namespace (numpy or cupy) and the recat index built on the device; the
   device data paths themselves (direct or staged) are the front door's (:mod:`mpicomm.front.jagged`).

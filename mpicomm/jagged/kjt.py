@@ -7,15 +7,17 @@ get the same :class:`~mpicomm.CrossRankMismatchError` on every rank instead of a
 even without validation mode. ``KJTAllToAll`` also sends the counts of every key in that message, so
 each rank knows every (source, key) segment before the data moves: it then receives with
 ``Ialltoallw`` and indexed datatypes that put each segment in its final (key, source) place, or, for
-small data, with ``Alltoallv`` and a vectorised numpy gather (the recat) in ``wait()``. What repeats
-from call to call (the counts message's template, displacements, recat indices, the lengths'
-datatypes) comes from the plans of :mod:`mpicomm.jagged.plan`.
+small data, with ``Alltoallv`` and a vectorised numpy gather (the recat) in ``wait()``. Lengths of
+few batch slots travel inline in the counts message (no message of their own). What repeats from
+call to call (the counts message's template, displacements, recat indices, the lengths' datatypes)
+comes from the plans of :mod:`mpicomm.jagged.plan`; what repeats with the same value counts (the
+counts message itself, the value displacements, recat index and datatypes) from
+:mod:`mpicomm.jagged.repeat`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import sub
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -30,22 +32,9 @@ from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError, GroupError
 from .device import to_host, xp_take
 from .keyed import KeyedJaggedArray
-from .placement import indexed_types
-from .plan import (
-    _DIRECT,
-    Layout,
-    Lru,
-    RecvPlan,
-    SendPlan,
-    datatypes,
-    free_types,
-    segments_by_key,
-    self_comm,
-    starts,
-    value_counts,
-    value_index,
-)
-from .wire import _VBE, _WEIGHTED, _dtype_tag, _exclusive_cumsum, _fingerprint, check_kjt_claims
+from .plan import _DIRECT, _INLINE_MAX, Layout, Lru, RecvPlan, SendPlan, datatypes, self_comm
+from .repeat import Arrived, Sent, arriving, sending
+from .wire import _VBE, _WEIGHTED, _dtype_tag, _exclusive_cumsum, _fingerprint
 
 __all__ = ["KJTAllToAll", "KJTAllToAllAwaitable"]
 
@@ -71,9 +60,9 @@ class _Call(NamedTuple):
     kja: KeyedJaggedArray
     send: SendPlan
     recv: RecvPlan
-    values_sk: np.ndarray
-    received: tuple[list[int], int]
-    sent: list[int]
+    arrived: Arrived
+    sent: Sent
+    got: np.ndarray  # the counts message received (inline lengths are gathered out of it)
 
 
 class KJTAllToAllAwaitable:
@@ -247,30 +236,24 @@ class KJTAllToAll:
         if not self._agreed:
             self._agree()
         direct = device and self._device.direct()
-        send = self._send_plan(kja, direct)
+        send = self._send_plan(kja, direct, device)
         if device:  # the key offsets only (nkeys + 1 numbers) come to the host
             key_values = to_host(xp_take(kja._wide_offsets(), send.key_index))
-            header = send.header_keys(lay, key_values, kja._values.shape[0])
+            sent = Sent(send, lay, key_values, None, kja._values.shape[0])
         else:
             offsets = kja._offsets64 if kja._offsets64 is not None else kja._wide_offsets()
-            header, key_values = send.header(lay, offsets, kja._values.shape[0])
-        got = np.empty_like(header)
-        g.internal.Alltoall([header, self._i64], [got, self._i64])
+            sent = sending(send, lay, offsets, kja._lengths, kja._values.shape[0])
+        got = np.empty_like(sent.header)
+        g.internal.Alltoall([sent.header, self._i64], [got, self._i64])
         recv = send.receive(lay, got, fn)
-        values_sk, counts, got_values = value_counts(got, lay, fn)
-        totals = got[:, lay.total_col].tolist()
-        check_kjt_claims(totals, counts, send.item_bytes, recv.total, got_values, fn)
-        sent = key_values[lay.dest_index].tolist()  # where each destination's values start, and the end
+        arrived = arriving(recv, lay, got, send.item_bytes, fn)
         # every rank sees every rank's total and direct flag, so every rank takes the same path
-        total = sum(totals)
-        placed = not direct and send.placeable and total >= _Placement.min_values * lay.size
+        placed = not direct and send.placeable and arrived.everyone >= _Placement.min_values * lay.size
+        call = _Call(self, kja, send, recv, arrived, sent, got)
         if device:
-            call = _Call(self, kja, send, recv, values_sk, (counts, got_values), sent)
             handle: KJTAllToAllAwaitable = self._device.start(call, placed, direct)
             return handle
-        if placed:
-            return self._start_in_place(kja, send, recv, values_sk, (counts, got_values), sent)
-        return self._start_gather(kja, send, recv, values_sk, (counts, got_values), sent)
+        return self._start_in_place(call) if placed else self._start_gather(call)
 
     def _agree(self) -> None:
         """Check once that every rank has the same splits and stagger (the counts message's width)."""
@@ -284,15 +267,16 @@ class KJTAllToAll:
             )
         self._agreed = True
 
-    def _send_plan(self, kja: KeyedJaggedArray, direct: bool = False) -> SendPlan:
+    def _send_plan(self, kja: KeyedJaggedArray, direct: bool = False, device: bool = False) -> SendPlan:
         """The send plan of ``kja``'s shape: made on first use, then served from a bounded cache.
 
         ``direct``: this rank hands device memory to MPI (the flag travels in the counts message).
+        ``device``: the arrays are device arrays (their lengths never travel inline).
         """
         w, v, lens = kja._weights, kja._values, kja._lengths
         vbe = None if kja._spkpr is None else tuple(kja.stride_per_key())
         wkey = None if w is None else (w.dtype, w.shape[1:])
-        key = (kja._stride, vbe, lens.dtype, v.dtype, v.shape[1:], wkey, direct)
+        key = (kja._stride, vbe, lens.dtype, v.dtype, v.shape[1:], wkey, direct, device)
         plan = self._send.get(key)
         if plan is None:  # a new shape here
             flags = (_VBE if vbe is not None else 0) | (_WEIGHTED if w is not None else 0)
@@ -303,7 +287,7 @@ class KJTAllToAll:
                 key_rows = np.arange(self._layout.nkeys + 1, dtype=np.int64) * kja._stride
             fp = _fingerprint(*_dtypes(kja))
             types = datatypes(lens, v, w)
-            plan = SendPlan(self._layout, key_rows, flags, fp, self._fp, kja._stride, types)
+            plan = SendPlan(self._layout, key_rows, flags, fp, self._fp, kja._stride, types, not device)
             plan.placeable = row_size(v) > 0
             plan.value_bytes = v.itemsize * row_size(v)
             plan.item_bytes = (
@@ -313,121 +297,103 @@ class KJTAllToAll:
             self._send.put(key, plan)
         return plan
 
-    def _start_gather(
-        self,
-        kja: KeyedJaggedArray,
-        send: SendPlan,
-        recv: RecvPlan,
-        values_sk: np.ndarray,
-        received: tuple[list[int], int],
-        sent: list[int],
-    ) -> KJTAllToAllAwaitable:
+    def _start_gather(self, call: _Call) -> KJTAllToAllAwaitable:
         """Small exchanges: one Alltoallv per array into (source, key) order, one gather each in wait().
 
         The data moves before this returns: for these sizes the blocking calls cost less than
         posting non-blocking ones and waiting (measured on MPICH, 2 ranks, 1 KiB: about 8 us against
-        10 us for lengths and values), and there is little transfer to overlap.
+        10 us for lengths and values), and there is little transfer to overlap. Lengths that came
+        inline in the counts message need no message of their own.
         """
-        lay = self._layout
-        lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
-        got_values = received[1]
-        recv_l = np.empty(recv.total, dtype=lens.dtype)
-        recv_v = np.empty((got_values, *vals.shape[1:]), dtype=vals.dtype)
+        lay, kja, recv, arrived = self._layout, call.kja, call.recv, call.arrived
+        vals, w = send_view(kja._values), kja._weights
+        lens = recv_l = None
+        if not recv.inline:
+            lens = send_view(kja._lengths)
+            recv_l = np.empty(recv.total, dtype=lens.dtype)
+        recv_v = np.empty((arrived.total, *vals.shape[1:]), dtype=vals.dtype)
         recv_w = None
         if w is not None:
             w = send_view(w)
-            recv_w = np.empty((got_values, *w.shape[1:]), dtype=w.dtype)
-        self._moves(send, recv, received, sent, (lens, vals, w), (recv_l, recv_v, recv_w))
-        index = None if lay.identity else value_index(values_sk, lay, got_values)
+            recv_w = np.empty((arrived.total, *w.shape[1:]), dtype=w.dtype)
+        self._moves(call, (lens, vals, w), (recv_l, recv_v, recv_w))
+        index = arrived.index(lay)
         keys = kja._keys[lay.key_range]
         out: list[KeyedJaggedArray] = []
 
         def finish() -> None:
-            lengths, values, weights = recv_l, recv_v, recv_w
+            values, weights = recv_v, recv_w
+            if recv_l is None:
+                lengths = _inline_lengths(call)
+            else:
+                lengths = recv_l if recv.row_index is None else recv_l[recv.row_index]
             if index is not None:
-                lengths, values = lengths[recv.row_index], values[index]
+                values = values[index]
                 weights = None if weights is None else weights[index]
             out.append(KeyedJaggedArray._trusted(keys, values, lengths, weights, recv.stride, recv.table))
 
         return KJTAllToAllAwaitable(None, out, finish)
 
-    def _moves(
-        self,
-        send: SendPlan,
-        recv: RecvPlan,
-        received: tuple[list[int], int],
-        sent: list[int],
-        src: tuple[Any, Any, Any],
-        dst: tuple[Any, Any, Any],
-    ) -> None:
+    def _moves(self, call: _Call, src: tuple[Any, Any, Any], dst: tuple[Any, Any, Any]) -> None:
         """The gather path's messages: one blocking Alltoallv each of lengths, values and weights.
 
         ``src`` and ``dst`` are numpy arrays, pinned host views of device arrays (staged) or device
-        arrays (direct): the same MPI calls whatever the memory, so that ranks may mix them.
+        arrays (direct): the same MPI calls whatever the memory, so that ranks may mix them. No
+        lengths message when every source sent its lengths inline.
         """
-        comm, (lt, vt, wt) = self.group.internal, send.types
-        counts = received[0]
-        displs = starts(counts)
-        sd = sent[:-1]
-        sc = list(map(sub, sent[1:], sd))
-        rows = (send.row_counts, send.row_displs)
-        comm.Alltoallv([src[0], rows, lt], [dst[0], (recv.counts, recv.displs), lt])
-        comm.Alltoallv([src[1], (sc, sd), vt], [dst[1], (counts, displs), vt])
+        comm, (lt, vt, wt) = self.group.internal, call.send.types
+        send, recv, arrived, sent = call.send, call.recv, call.arrived, call.sent
+        if not recv.inline:
+            rows = (send.row_counts, send.row_displs)
+            comm.Alltoallv([src[0], rows, lt], [dst[0], (recv.counts, recv.displs), lt])
+        sends, recvs = (sent.counts, sent.starts), (arrived.counts, arrived.displs)
+        comm.Alltoallv([src[1], sends, vt], [dst[1], recvs, vt])
         if src[2] is not None:
-            comm.Alltoallv([src[2], (sc, sd), wt], [dst[2], (counts, displs), wt])
+            comm.Alltoallv([src[2], sends, wt], [dst[2], recvs, wt])
 
-    def _start_in_place(
-        self,
-        kja: KeyedJaggedArray,
-        send: SendPlan,
-        recv: RecvPlan,
-        values_sk: np.ndarray,
-        received: tuple[list[int], int],
-        sent: list[int],
-        into: tuple[Any, Any, Any] | None = None,
-    ) -> KJTAllToAllAwaitable:
+    def _start_in_place(self, call: _Call, into: tuple[Any, Any, Any] | None = None) -> KJTAllToAllAwaitable:
         """Large exchanges: MPI writes every (source, key) segment straight to its (key, source) place.
 
         ``into``: receive arrays to fill (the staged path's pinned buffers) instead of new ones.
 
         One Ialltoallw per array, whose receive datatype for each source is an indexed type listing
-        where that source's segments go. There is no recat copy at all. The lengths' types come from
-        the receive plan; the values' are made for this call's counts and shared by the weights
-        when both have the same row type.
+        where that source's segments go. There is no recat copy of the values at all. The lengths'
+        types come from the receive plan (lengths sent inline are gathered out of the counts message
+        instead); the values' from the value counts' plan, shared by the weights when both have the
+        same row type.
         """
-        lay, comm, me = self._layout, self.group.internal, self._layout.rank
-        lens, vals, w = send_view(kja._lengths), send_view(kja._values), kja._weights
+        lay, comm, kja = self._layout, self.group.internal, call.kja
+        send, recv, arrived, sent = call.send, call.recv, call.arrived, call.sent
+        vals, w = send_view(kja._values), kja._weights
         lt, vt, wt = send.types
-        row_types = recv.row_types(lay, lt)
-        value_types = indexed_types(vt, *segments_by_key(values_sk, lay))
-        made = list(value_types)
-        sd = sent[:-1]
-        sc = list(map(sub, sent[1:], sd))
-        mine = (sd[me], sc[me])  # this rank's own segments: placed by a local copy below
-        sc[me] = 0
-        send_at = [d * send.value_bytes for d in sd]
+        value_types = arrived.types(lay, vt)
+        recv_l: Any  # None when every source sent its lengths inline
         if into is None:
-            recv_l = np.empty(recv.total, dtype=lens.dtype)
-            recv_v = np.empty((received[1], *vals.shape[1:]), dtype=vals.dtype)
+            recv_v = np.empty((arrived.total, *vals.shape[1:]), dtype=vals.dtype)
+            recv_l = None if recv.inline else np.empty(recv.total, dtype=kja._lengths.dtype)
         else:
             recv_l, recv_v = into[0], into[1]
-        rows = (send.row_counts_peers, send.row_bytes)
-        requests = [
-            comm.Ialltoallw([lens, rows, [lt] * lay.size], lay.recv(recv_l, row_types, lt)),
-            comm.Ialltoallw([vals, (sc, send_at), [vt] * lay.size], lay.recv(recv_v, value_types, vt)),
-        ]
-        local = [(lens, send.row_self, lt, recv_l, row_types), (vals, mine, vt, recv_v, value_types)]
+        requests = []
+        local: list[tuple[Any, ...]] = [(vals, sent.mine, vt, recv_v, value_types)]
+        lens = None
+        if not recv.inline:
+            lens = send_view(kja._lengths)
+            row_types = recv.row_types(lay, lt)
+            rows = [lens, (send.row_counts_peers, send.row_bytes), [lt] * lay.size]
+            requests.append(comm.Ialltoallw(rows, lay.recv(recv_l, row_types, lt)))
+            local.append((lens, send.row_self, lt, recv_l, row_types))
+        values = [vals, (sent.peers, sent.byte_starts), [vt] * lay.size]
+        requests.append(comm.Ialltoallw(values, lay.recv(recv_v, value_types, vt)))
         recv_w = None
         if w is not None:
             w = send_view(w)
-            weight_types = value_types if wt == vt else indexed_types(wt, *segments_by_key(values_sk, lay))
-            made += [] if weight_types is value_types else weight_types
-            recv_w = np.empty((received[1], *w.shape[1:]), dtype=w.dtype) if into is None else into[2]
-            w_at = send_at if wt == vt else [d * w.itemsize * row_size(w) for d in sd]
-            requests.append(
-                comm.Ialltoallw([w, (sc, w_at), [wt] * lay.size], lay.recv(recv_w, weight_types, wt))
-            )
-            local.append((w, mine, wt, recv_w, weight_types))
+            weight_types = value_types if wt == vt else arrived.types(lay, wt)
+            recv_w = np.empty((arrived.total, *w.shape[1:]), dtype=w.dtype) if into is None else into[2]
+            w_at = sent.byte_starts if wt == vt else [d * w.itemsize * row_size(w) for d in sent.starts]
+            weights = [w, (sent.peers, w_at), [wt] * lay.size]
+            requests.append(comm.Ialltoallw(weights, lay.recv(recv_w, weight_types, wt)))
+            local.append((w, sent.mine, wt, recv_w, weight_types))
+        me = lay.rank
         for x, (first, count), dt, dest, types in local:
             if types:  # MPI's own path to this rank is far slower than a local copy (see _Placement)
                 self_comm().Sendrecv([x[first : first + count], count, dt], 0, 0, [dest, 1, types[me]], 0, 0)
@@ -435,11 +401,18 @@ class KJTAllToAll:
         out: list[KeyedJaggedArray] = []
 
         def finish() -> None:
-            free_types(made)
-            out.append(KeyedJaggedArray._trusted(keys, recv_v, recv_l, recv_w, recv.stride, recv.table))
+            lengths = _inline_lengths(call) if recv_l is None else recv_l
+            out.append(KeyedJaggedArray._trusted(keys, recv_v, lengths, recv_w, recv.stride, recv.table))
 
         work = Work(requests, keep=(kja, lens, vals, w, recv_l, recv_v, recv_w), finish=finish)
         return KJTAllToAllAwaitable(work, out)
+
+
+def _inline_lengths(call: _Call) -> np.ndarray:
+    """The lengths every source sent inline, out of the counts message, in (key, source) order."""
+    lengths: np.ndarray = call.got.reshape(-1)[call.recv.inline_index]
+    dtype = call.kja._lengths.dtype
+    return lengths if lengths.dtype == dtype else lengths.astype(dtype)
 
 
 def _check_plan_size(splits: list[int], fn: str) -> None:
@@ -448,7 +421,7 @@ def _check_plan_size(splits: list[int], fn: str) -> None:
     Raises:
         ArgumentError: more keys than the payload cap holds plans for.
     """
-    words = 4 * sum(splits) + len(splits) * (2 * max(splits, default=0) + 5)
+    words = 4 * sum(splits) + len(splits) * (2 * max(splits, default=0) + 6 + _INLINE_MAX)
     if 8 * words > memory_bound():
         raise ArgumentError(
             f"{fn}: splits {splits} ask for {sum(splits)} keys, whose plan needs {8 * words} bytes; expected "

@@ -8,11 +8,16 @@ what depends on the lengths themselves (value counts, the value recat index) is 
 
 The counts message of KJTAllToAll has one int64 row per destination::
 
-    [FLAGS, DTYPES, SPLITS, STRIDE, rows of key 0 .. maxk-1, TOTAL, values of key 0 .. maxk-1]
+    [FLAGS, DTYPES, SPLITS, STRIDE, rows of key 0 .. maxk-1, INLINE, TOTAL, values of key 0 .. maxk-1,
+     lengths 0 .. cap-1]
 
 where ``maxk`` is the largest split (keys of a smaller split are padded with 0). Everything before
 TOTAL is the *shape* of the call; a receiver that has seen the same shape bytes before, checked,
-reuses its :class:`RecvPlan`. The value counts are checked on every call.
+reuses its :class:`RecvPlan`. The value counts are checked whenever they change
+(:mod:`mpicomm.jagged.repeat` keeps what follows from them). A sender whose batch slots for every
+destination fit in the ``cap`` words of a row sets INLINE and sends its lengths there, cast to
+int64: when every source does, no rank sends lengths in a second message (``cap`` is 0 past 100 or
+so ranks, where the counts message would grow too much).
 """
 
 from __future__ import annotations
@@ -28,11 +33,14 @@ from .. import _mpi
 from ..core.control import memory_bound
 from ..errors import CommunicationError, CrossRankMismatchError
 from .placement import _gather_index, _row_type, indexed_types
-from .wire import _DTYPES, _FLAGS, _SPLITS, _VBE, _disagree, _exclusive_cumsum
+from .wire import _DTYPES, _FLAGS, _SPLITS, _VBE, _disagree, _exclusive_cumsum, _segment_index
 
 __all__ = ["Layout", "Lru", "RecvPlan", "SendPlan", "starts"]
 
 _STRIDE, _ROWS0 = 3, 4
+#: Words of a counts-message row for lengths sent inline: at most ``_INLINE_MAX``, and at most
+#: ``_INLINE_BUDGET`` words in the whole message (the Alltoall costs about the same up to there).
+_INLINE_MAX, _INLINE_BUDGET = 64, 1024
 _FIXED = _SPLITS + 1  # the columns every rank must send alike
 #: A FLAGS bit: the sender hands device memory to a CUDA-aware MPI, so every rank must take the
 #: blocking path (CUDA-aware MPIs do not take device memory in non-blocking collectives).
@@ -103,8 +111,11 @@ class Layout:
     def __init__(self, splits: list[int], stagger: int, rank: int) -> None:
         size = len(splits)
         self.size, self.nkeys, self.maxk = size, sum(splits), max(splits, default=0)
-        self.total_col, self.values0 = _ROWS0 + self.maxk, _ROWS0 + self.maxk + 1
-        self.width = self.values0 + self.maxk
+        self.inline_col = _ROWS0 + self.maxk
+        self.total_col, self.values0 = self.inline_col + 1, self.inline_col + 2
+        self.lengths0 = self.values0 + self.maxk
+        self.cap = max(0, min(_INLINE_MAX, _INLINE_BUDGET // size - self.lengths0))
+        self.width = self.lengths0 + self.cap
         self.bounds = _exclusive_cumsum(np.asarray(splits, dtype=np.int64))
         self.uniform = len(set(splits)) <= 1
         #: Picks each destination's first key (and the end) out of the nkeys + 1 key offsets.
@@ -152,14 +163,20 @@ class RecvPlan:
         stride: The output's stride; ``table`` its VBE ``[key][source]`` table (None without VBE).
         rows_sk: Batch slots of segment (source, key).
         row_index: The gather that puts received lengths in (key, source) order (None: already).
+        inline: Every source sent its lengths in the counts message; ``inline_index`` then picks
+            them out of the flattened message in (key, source) order.
+        arrived: What follows from the value counts (:mod:`mpicomm.jagged.repeat`), by those counts.
     """
 
     __slots__ = (
         "__weakref__",
         "_types",
+        "arrived",
         "counts",
         "device_rows",
         "displs",
+        "inline",
+        "inline_index",
         "row_index",
         "rows_sk",
         "stride",
@@ -167,7 +184,7 @@ class RecvPlan:
         "total",
     )
 
-    def __init__(self, layout: Layout, got: np.ndarray, vbe: bool) -> None:
+    def __init__(self, layout: Layout, got: np.ndarray, vbe: bool, fn: str = "KJTAllToAll") -> None:
         rows_sk = np.ascontiguousarray(got[:, _ROWS0 : _ROWS0 + layout.mine])
         self.rows_sk = rows_sk
         self.counts = rows_sk.sum(axis=1).tolist()
@@ -180,6 +197,13 @@ class RecvPlan:
         else:
             self.stride, self.table = int(got[:, _STRIDE].sum()), None
         self.row_index = None if layout.identity else _gather_index(rows_sk.reshape(-1), layout.perm)
+        self.inline = _inline_sources(got, layout, self.counts, fn)
+        self.inline_index: np.ndarray | None = None
+        if self.inline:  # source s's lengths start at word s * width + lengths0 of the message
+            first = np.arange(layout.size, dtype=np.int64) * layout.width + layout.lengths0
+            at = _segment_index(first, rows_sk.sum(axis=1))
+            self.inline_index = at if self.row_index is None else at[self.row_index]
+        self.arrived: Lru[bytes, Any] = Lru(_ARRIVED, _free)
         self._types: list[Any] | None = None
         #: The row index on a device, as (device id, array), made by the device path on first use.
         self.device_rows: tuple[int, Any] | None = None
@@ -199,6 +223,40 @@ class RecvPlan:
         if self._types:
             free_types(self._types)
             self._types.clear()
+        for arrived in self.arrived.values():
+            arrived.free()
+
+
+#: Value-count plans a receive plan keeps (:mod:`mpicomm.jagged.repeat`).
+_ARRIVED = 4
+
+
+def _free(plan: Any) -> None:
+    plan.free()
+
+
+def _inline_sources(got: np.ndarray, layout: Layout, counts: list[int], fn: str) -> bool:
+    """Whether every source sent its lengths inline; checks the INLINE flags and their batch slots.
+
+    Raises:
+        CommunicationError: a flag other than 0 or 1, or more inline lengths than a row holds.
+    """
+    flags = got[:, layout.inline_col]
+    inline = flags == 1
+    if not (inline | (flags == 0)).all():
+        bad = int(np.flatnonzero(~(inline | (flags == 0)))[0])
+        raise CommunicationError(
+            f"{fn}: rank {bad} sends the inline flag {int(flags[bad])}; expected 0 or 1: a "
+            "corrupted message or a rank that does not run mpicomm"
+        )
+    over = inline & (np.asarray(counts, dtype=np.int64) > layout.cap)
+    if over.any():
+        bad = int(np.flatnonzero(over)[0])
+        raise CommunicationError(
+            f"{fn}: rank {bad} sends {counts[bad]} batch slots inline; expected at most "
+            f"{layout.cap}: a corrupted message or a rank that does not run mpicomm"
+        )
+    return bool(inline.all())
 
 
 def starts(counts: list[int]) -> list[int]:
@@ -236,15 +294,19 @@ class SendPlan:
         row_counts, row_displs: Batch slots (lengths) sent to each destination and where they start.
         types: MPI datatypes of one row of lengths, values and weights (None without weights).
         recv: The receive plans seen with this send plan, by the shape bytes of the counts message.
+        inline_slots: Where each length goes in the flattened counts message when this rank sends
+            its lengths inline (``inline`` asked for and every destination's slots fit), else None.
+        sent: This rank's counts messages and value displacements (:mod:`mpicomm.jagged.repeat`).
     """
 
     __slots__ = (
-        "fixed", "item_bytes", "key_index", "key_rows", "placeable", "recv", "row_bytes", "row_counts",
-        "row_counts_peers", "row_displs", "row_self", "template", "types", "value_bytes",
+        "fixed", "inline_slots", "item_bytes", "key_index", "key_rows", "placeable", "recv", "row_bytes",
+        "row_counts", "row_counts_peers", "row_displs", "row_self", "sent", "template", "types",
+        "value_bytes",
     )  # fmt: skip
 
     def __init__(self, layout: Layout, key_rows: np.ndarray, flags: int, fp: int, splits_fp: int,
-                 stride: int, types: tuple[Any, Any, Any]) -> None:  # fmt: skip
+                 stride: int, types: tuple[Any, Any, Any], inline: bool = False) -> None:  # fmt: skip
         template = layout.empty_header()
         template[:, _FLAGS], template[:, _DTYPES], template[:, _SPLITS] = flags, fp, splits_fp
         template[:, _STRIDE] = stride
@@ -265,6 +327,13 @@ class SendPlan:
         self.value_bytes = 0  # bytes of one row of values
         self.item_bytes = (8, 8)  # bytes of one length, and of one row of values and weights together
         self.recv: Lru[bytes, RecvPlan] = Lru(8, RecvPlan.free)
+        self.sent: Lru[bytes, Any] = Lru(_ARRIVED)
+        self.inline_slots: np.ndarray | None = None
+        if inline and max(self.row_counts, default=0) <= layout.cap:
+            counts = rows[1:] - rows[:-1]
+            dest = np.repeat(np.arange(layout.size, dtype=np.int64), counts)
+            first = dest * layout.width + layout.lengths0 - rows[:-1][dest]
+            self.inline_slots = first + np.arange(int(rows[-1] - rows[0]), dtype=np.int64) + rows[0]
 
     def free(self) -> None:
         """Free the datatypes of every receive plan (an evicted send plan)."""
@@ -282,7 +351,7 @@ class SendPlan:
         if layout.uniform:
             shape = (layout.size, layout.maxk)
             np.subtract(key_values[1:].reshape(shape), key_values[:-1].reshape(shape),
-                        out=header[:, layout.values0 :])  # fmt: skip
+                        out=header[:, layout.values0 : layout.lengths0])  # fmt: skip
         else:
             header.reshape(-1)[layout.value_slots] = key_values[1:] - key_values[:-1]
         header[:, layout.total_col] = nvalues
@@ -306,7 +375,7 @@ class SendPlan:
                                              "dtypes or splits; expected the same on every rank")  # fmt: skip
             vbe = bool(self.template[0, _FLAGS] & _VBE)
             _check_rows(got, layout, vbe, fn)
-            plan = RecvPlan(layout, got, vbe)
+            plan = RecvPlan(layout, got, vbe, fn)
             self.recv.put(key, plan)
         return plan
 

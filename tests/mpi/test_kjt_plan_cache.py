@@ -9,6 +9,7 @@ numpy reference of tests/unit/test_jagged_reference.py, on both data paths.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -174,3 +175,74 @@ def test_narrow_lengths_whose_total_passes_their_dtype_move_right(world: mpicomm
     splits = [2] + [0] * (w - 1)
     got = KJTAllToAll(splits)(inputs[r].to_kja()).wait()
     check_output(got, reference_all_to_all(inputs, splits)[r])
+
+
+def _held(a2a: KJTAllToAll) -> tuple[int, int]:
+    """Sent and Arrived entries held over all plans of ``a2a``."""
+    sends = a2a._send.values()
+    return sum(len(p.sent) for p in sends), sum(len(r.arrived) for p in sends for r in p.recv.values())
+
+
+def test_repeated_value_counts_reuse_the_counts_message_and_new_counts_are_never_served_stale(
+    world: mpicomm.ProcessGroup,
+) -> None:
+    w, r = world.size(), world.rank()
+    splits, keys = [2] * w, [f"k{i}" for i in range(2 * w)]
+    a2a = KJTAllToAll(splits)
+    base = [2 + (s % 3) for s in range(w)]
+    first = everyone(w, 21, base, keys=keys)
+    run(a2a, first, splits, r)
+    held = _held(a2a)
+    for _ in range(3):  # the same lengths: the same Sent and Arrived, nothing new made
+        run(a2a, first, splits, r)
+    assert _held(a2a) == held
+    # each key's rows reversed: the same value counts per key, other lengths (sent inline here)
+    reversed_rows = [replace(x, rows={k: v[::-1] for k, v in x.rows.items()}) for x in first]
+    # the same shape with other counts, then counts that keep every total: each gets its own plan
+    others = (everyone(w, 22, base, keys=keys), everyone(w, 21, base, keys=keys, shuffle=True))
+    for inputs in (reversed_rows, *others):
+        run(a2a, inputs, splits, r)
+        run(a2a, first, splits, r)  # and the first counts, served again, still give the right output
+    if w > 1:
+        assert _held(a2a)[0] <= 4 and _held(a2a)[1] <= 4  # bounded (see repeat._ARRIVED)
+
+
+def test_lengths_inline_or_not_mix_across_ranks(world: mpicomm.ProcessGroup) -> None:
+    w, r = world.size(), world.rank()
+    splits, keys = [1] * w, [f"k{i}" for i in range(w)]
+    a2a = KJTAllToAll(splits)
+    cap = a2a._layout.cap
+    for strides in ([1] * w, [cap + 1] + [1] * (w - 1), [cap] * w, [cap + 1] * w):
+        run(a2a, everyone(w, sum(strides), strides, keys=keys, weighted=True), splits, r)
+    # narrow and unsigned lengths travel inline as int64 and come back in their own dtype
+    for dtype in (np.uint16, np.int32, np.uint64):
+        inputs = everyone(w, 30, [2] * w, keys=keys)
+        for x in inputs:
+            x.lengths_dtype = dtype
+        got = a2a(inputs[r].to_kja()).wait()
+        assert got.lengths().dtype == dtype
+        check_output(got, reference_all_to_all(inputs, splits)[r])
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("forged", ["flag 2", "over the cap"])
+def test_forged_inline_lengths_are_refused(world: mpicomm.ProcessGroup, forged: str) -> None:
+    w, r = world.size(), world.rank()
+    keys = [f"k{i}" for i in range(w)]
+    mine = KeyedJaggedArray(keys, np.zeros(w), lengths=np.ones(w, np.int64))
+    a2a = KJTAllToAll([1] * w)
+    lay = a2a._layout
+    if r == 0:  # agreement, then a counts message with a forged inline part
+        fp = np.array([a2a._fp, -a2a._fp], np.int64)
+        world.internal.Allreduce([fp, MPI.INT64_T], [np.empty_like(fp), MPI.INT64_T], op=MPI.MAX)
+        rows = 1 if forged == "flag 2" else lay.cap + 1
+        header = lay.empty_header()
+        header[:, 1] = _fingerprint(*_dtype_parts(mine))
+        header[:, 2], header[:, 3], header[:, 4] = a2a._fp, rows, rows
+        header[:, lay.inline_col] = 2 if forged == "flag 2" else 1
+        world.internal.Alltoall([header, MPI.INT64_T], [np.empty_like(header), MPI.INT64_T])
+    else:
+        words = "the inline flag 2" if forged == "flag 2" else f"{lay.cap + 1} batch slots inline"
+        with pytest.raises(mpicomm.CommunicationError, match=f"KJTAllToAll: rank 0 sends {words}"):
+            a2a(mine)
+    MPI.COMM_WORLD.Barrier()

@@ -16,7 +16,7 @@ from ...jagged.exchange import jagged_all_to_all
 
 if TYPE_CHECKING:
     from mpi4py import MPI
-from ...jagged import kjt
+from ...jagged import kjt, repeat
 from ...jagged import plan as kjt_plan
 from ...jagged.exchange import JaggedResult
 from .dense import _displs, split_counts
@@ -150,14 +150,16 @@ def _phases(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -> dict[st
     lay, send = a2a._layout, a2a._send_plan(kja)
     i64 = _mpi.MPI.INT64_T
 
-    def counts() -> tuple[Any, tuple[np.ndarray, list[int], int]]:
+    def counts() -> tuple[Any, repeat.Arrived]:
         """KJTAllToAll's first step alone: the counts message, its exchange and its checks."""
-        header = send.header(lay, kja.offsets(), kja.values().shape[0])[0]
-        got = np.empty_like(header)
-        g.internal.Alltoall([header, i64], [got, i64])
-        return send.receive(lay, got, "KJTAllToAll"), kjt_plan.value_counts(got, lay, "KJTAllToAll")
+        sent = repeat.sending(send, lay, kja._wide_offsets(), kja._lengths, kja.values().shape[0])
+        got = np.empty_like(sent.header)
+        g.internal.Alltoall([sent.header, i64], [got, i64])
+        recv = send.receive(lay, got, "KJTAllToAll")
+        return recv, repeat.arriving(recv, lay, got, send.item_bytes, "KJTAllToAll")
 
-    recv, (values_sk, _, total) = counts()
+    recv, arrived = counts()
+    values_sk, total = arrived.values_sk, arrived.total
     lens, vals, wts, _ = _source_order(e, kja, splits)
 
     def recat() -> None:
