@@ -1,7 +1,8 @@
 """``python -m mpicomm info``: the versions and MPI features this installation runs with.
 
 Run it where jobs run (``mpirun -n 2 python -m mpicomm info``) to see which MPI library mpi4py
-loaded, whether it has MPI-4 large counts, which thread level MPI granted, which launcher the Slurm
+loaded, whether it has MPI-4 large counts, which thread level MPI granted, whether the fast paths'
+C calls are in use (:mod:`mpicomm.core.cmpi`), which launcher the Slurm
 scripts would start it with and why, whether it takes CUDA device
 buffers (and why mpicomm thinks so), cupy and the visible GPUs; only rank 0 prints.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__, _mpi
-from ..core import buffers
+from ..core import buffers, cmpi
 from ..core.groups import get_rank, get_world_size, init
 from ..errors import MpicommError
 from ..gpu import cuda_aware, staging
@@ -73,6 +74,7 @@ def _mpi_lines() -> list[tuple[str, str]]:
         ("large counts", large),
         ("world size", str(get_world_size())),
         ("thread level", names.get(level, str(level))),
+        ("C calls", "in use (mpicomm.core.cmpi)" if cmpi.bound() is None else f"off: {cmpi.bound()}"),
     ]
 
 

@@ -4,33 +4,28 @@ mpi4py parses every message it is given (``[array, datatype]``, the op, the comm
 costs about 0.3 us a call, as much as all of mpicomm's own checks on a common call. The C module
 takes the mpi4py objects the fast paths already hold, reads their handles where mpi4py keeps them
 and calls MPI itself, so a common blocking call on numpy arrays costs less than the raw mpi4py
-call it replaces. Its functions mirror MPI's, in MPI's argument order:
+call it replaces. Its functions mirror MPI's, in MPI's argument order (``c`` the communicator):
 
-============================  =========================================================
-function                      MPI call
-============================  =========================================================
-``allreduce(buf, dt, op, c)``   ``MPI_Allreduce(MPI_IN_PLACE, buf, ...)``
-``reduce(buf, dt, op, root, c)``  ``MPI_Reduce``, ``MPI_IN_PLACE`` on the root
-``bcast(buf, dt, root, c)``     ``MPI_Bcast``
-``allgather(s, r, dt, c)``      ``MPI_Allgather``, ``r`` the group size times ``s``
-``reduce_scatter_block(s, r, dt, op, c)``  ``MPI_Reduce_scatter_block``
-``alltoall(s, r, dt, c)``       ``MPI_Alltoall`` of equal pieces
-``alltoallv(s, sc, sd, r, rc, rd, dt, c)``  ``MPI_Alltoallv``, counts as int32 arrays
-``send(buf, dt, dest, tag, c)`` ``MPI_Send``
-``recv(buf, dt, src, tag, c)``  ``MPI_Recv``
-============================  =========================================================
+* ``allreduce(buf, dt, op, c)``: ``MPI_Allreduce`` with ``MPI_IN_PLACE``;
+* ``reduce(buf, dt, op, root, c)``: ``MPI_Reduce``, ``MPI_IN_PLACE`` on the root;
+* ``bcast(buf, dt, root, c)``: ``MPI_Bcast``;
+* ``allgather(s, r, dt, c)``: ``MPI_Allgather``, ``r`` the group size times ``s``;
+* ``reduce_scatter_block(s, r, dt, op, c)``: ``MPI_Reduce_scatter_block``;
+* ``alltoall(s, r, dt, c)``: ``MPI_Alltoall`` of equal pieces;
+* ``alltoallv(s, sc, sd, r, rc, rd, dt, c)``: ``MPI_Alltoallv``, counts and displacements as int32
+  arrays;
+* ``send(buf, dt, dest, tag, c)`` and ``recv(buf, dt, src, tag, c)``: ``MPI_Send`` and ``MPI_Recv``;
 
 and the list forms' common calls (lists of numpy arrays of one kind, as :mod:`mpicomm.dense.small`,
 :mod:`mpicomm.dense.placed` and :mod:`mpicomm.dense.exchange` make them, with the same MPI calls,
 so ranks on either path match):
 
-==============================================  ==================================================
-``allgather_list(x, outs, dt, c, limit)``       ``MPI_Allgather`` into a temporary, copied out
-``reduce_scatter_list(out, ins, dt, op, c, limit)``  ``ins`` packed, ``MPI_Reduce_scatter_block``
-``gather_list(x, outs, root, dt, c, limit)``    ``MPI_Gatherv`` (``outs`` None off the root)
-``exchange(recvs, sends, out, tag, dt, c)``     one ``MPI_Irecv``/``MPI_Isend`` per peer, then
-                                                ``MPI_Waitall``; the own entry copied
-==============================================  ==================================================
+* ``allgather_list(x, outs, dt, c, limit)``: ``MPI_Allgather`` into a temporary, copied out;
+* ``reduce_scatter_list(out, ins, dt, op, c, limit)``: ``ins`` packed, then
+  ``MPI_Reduce_scatter_block``;
+* ``gather_list(x, outs, root, dt, c, limit)``: ``MPI_Gatherv`` (``outs`` None off the root);
+* ``exchange(recvs, sends, out, tag, dt, c)``: one ``MPI_Irecv`` and ``MPI_Isend`` per peer, the
+  own entry copied, then ``MPI_Waitall``.
 
 No buffer that is written may share memory with another, or the function returns ``NotImplemented``.
 

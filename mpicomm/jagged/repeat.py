@@ -1,9 +1,9 @@
 """What repeats between KJTAllToAll calls of one shape that also have the same per-key value counts.
 
-The plans of :mod:`mpicomm.jagged.plan` follow from the shape of a call (batch sizes, dtypes,
-splits). These follow from its value counts as well: a :class:`Sent` (this rank's counts message,
+The plans of ``mpicomm.jagged.plan`` follow from the shape of a call (batch sizes, dtypes,
+splits). These follow from its value counts as well: a ``Sent`` (this rank's counts message,
 ready to send, and its value counts and displacements per destination) by this rank's per-key
-value offsets (and its lengths, when they travel inline), and an :class:`Arrived` (the checked value
+value offsets (and its lengths, when they travel inline), and an ``Arrived`` (the checked value
 counts of every source, their displacements, the recat index and the indexed datatypes that place
 the values) by the value columns of the counts message received. Features of a fixed size (every
 length 1, or a fixed pooling factor) and repeated batches find both; a call with new counts makes

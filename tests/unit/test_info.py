@@ -107,3 +107,8 @@ def test_info_without_cupy_says_so_and_shows_cuda_visible_devices(visible: str |
     got = info({} if visible is None else {"CUDA_VISIBLE_DEVICES": visible})
     assert got["cupy"].startswith("not installed")
     assert got["CUDA devices"] == f"unknown without cupy (CUDA_VISIBLE_DEVICES is {shown})"
+
+
+def test_info_says_whether_the_c_calls_are_in_use() -> None:
+    assert info()["C calls"] == "in use (mpicomm.core.cmpi)"
+    assert info({"MPICOMM_C": "0"})["C calls"] == "off: switched off (MPICOMM_C=0)"
