@@ -40,7 +40,7 @@ static PyObject *allreduce(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, C##_T))S.fn[F_ALLREDUCE])( \
     S.in_place, buf, (int)n, C(dt), C(op), C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
@@ -66,7 +66,7 @@ static PyObject *reduce(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, int, C##_T))S.fn[F_REDUCE])( \
     s, r, (int)n, C(dt), C(op), root, C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
@@ -87,7 +87,7 @@ static PyObject *bcast(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(void *, int, C##_T, int, C##_T))S.fn[F_BCAST])(buf, (int)n, C(dt), root, C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
@@ -110,7 +110,7 @@ static PyObject *allgather(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, int, C##_T, void *, int, C##_T, C##_T))S.fn[F_ALLGATHER])( \
     s, (int)n, C(dt), r, (int)n, C(dt), C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
@@ -134,7 +134,7 @@ static PyObject *reduce_scatter_block(PyObject *self, PyObject *const *a, Py_ssi
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, C##_T))S.fn[F_REDUCE_SCATTER_BLOCK])( \
     s, r, (int)n, C(dt), C(op), C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
@@ -158,7 +158,7 @@ static PyObject *alltoall(PyObject *self, PyObject *const *a, Py_ssize_t nargs) 
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, int, C##_T, void *, int, C##_T, C##_T))S.fn[F_ALLTOALL])( \
     s, count, C(dt), r, count, C(dt), C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
@@ -196,7 +196,7 @@ static PyObject *alltoallv(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 #define CALL(C)                                                                                      \
     ((int (*)(const void *, const int *, const int *, C##_T, void *, const int *, const int *, C##_T, \
               C##_T))S.fn[F_ALLTOALLV])(s, sc, sd, C(dt), r, rc, rd, C(dt), C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
@@ -218,7 +218,7 @@ static PyObject *send(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, int, C##_T, int, int, C##_T))S.fn[F_SEND])( \
     buf, (int)n, C(dt), dest, tag, C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
@@ -242,7 +242,7 @@ static PyObject *recv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(void *, int, C##_T, int, int, C##_T, void *))S.fn[F_RECV])( \
     buf, (int)n, C(dt), source, tag, C(comm), &status)
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
@@ -277,7 +277,7 @@ static PyObject *bind(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     void *ip = PyLong_AsVoidPtr(a[2]);
     Py_ssize_t off = PyLong_AsSsize_t(a[3]), ss = PyLong_AsSsize_t(a[9]);
     if (ih < 0 || PyErr_Occurred()) return NULL;
-    if (ss <= 0 || ss > 1024) {
+    if (ss <= 0 || ss > 256) { /* recv's status buffer holds 256 bytes */
         PyErr_SetString(PyExc_ValueError, "mpicomm.core._cmpi.bind: implausible MPI_Status size");
         return NULL;
     }

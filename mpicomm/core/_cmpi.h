@@ -1,4 +1,8 @@
-/* The shared part of mpicomm.core._cmpi (see _cmpi.c): the bound state, handle and buffer helpers. */
+/* The shared part of mpicomm.core._cmpi (see _cmpi.c): the bound state, handle and buffer helpers.
+ *
+ * Contract with the callers (mpicomm.core.cmpi): a datatype passed with an array is the one
+ * mpicomm caches for the array's own dtype, whose size equals numpy's itemsize, so a buffer of
+ * `len` bytes holds len / itemsize elements of it. */
 #ifndef MPICOMM_CMPI_H
 #define MPICOMM_CMPI_H
 
@@ -36,10 +40,10 @@ extern HIDDEN CmpiState cmpi_state;
 #define S cmpi_state
 
 /* A call through S.fn[i] with handles of either width: C(h) converts a handle, C##_T is its type. */
-#define I_T int
-#define I(h) ((int)(h))
-#define P_T void *
-#define P(h) ((void *)(h))
+#define HI_T int
+#define HI(h) ((int)(h))
+#define HP_T void *
+#define HP(h) ((void *)(h))
 
 /* The buffers of a call's array arguments; released together. */
 typedef struct {
@@ -100,8 +104,8 @@ static inline int apart(const Py_buffer *x, const Py_buffer *y) {
 static inline Py_ssize_t elements(const Py_buffer *v) { return v->itemsize > 0 ? v->len / v->itemsize : -1; }
 
 static inline int comm_size(H comm, int *size) {
-    return S.int_handles ? ((int (*)(I_T, int *))S.fn[F_COMM_SIZE])(I(comm), size)
-                       : ((int (*)(P_T, int *))S.fn[F_COMM_SIZE])(P(comm), size);
+    return S.int_handles ? ((int (*)(HI_T, int *))S.fn[F_COMM_SIZE])(HI(comm), size)
+                       : ((int (*)(HP_T, int *))S.fn[F_COMM_SIZE])(HP(comm), size);
 }
 
 #define ARGS(n)                                                                       \
@@ -111,8 +115,8 @@ static inline int comm_size(H comm, int *size) {
     }
 
 static inline int comm_rank(H comm, int *rank) {
-    return S.int_handles ? ((int (*)(I_T, int *))S.fn[F_COMM_RANK])(I(comm), rank)
-                         : ((int (*)(P_T, int *))S.fn[F_COMM_RANK])(P(comm), rank);
+    return S.int_handles ? ((int (*)(HI_T, int *))S.fn[F_COMM_RANK])(HI(comm), rank)
+                         : ((int (*)(HP_T, int *))S.fn[F_COMM_RANK])(HP(comm), rank);
 }
 
 static inline int get_fmt(Bufs *b, PyObject *obj, int writable) {

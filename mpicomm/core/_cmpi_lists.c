@@ -34,8 +34,14 @@ static int get_list(List *l, PyObject *obj, int size, const Py_buffer *like, Py_
     }
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     for (int i = 0; i < size; i++) {
-        PyObject *x = PyList_GET_ITEM(obj, i);
-        if (Py_TYPE(x) != S.t_ndarray || PyObject_GetBuffer(x, &l->v[i], flags) < 0) {
+        if (PyList_GET_SIZE(obj) != size) { /* a warning hook run by the export may change the list */
+            drop(l);
+            return 0;
+        }
+        PyObject *x = Py_NewRef(PyList_GET_ITEM(obj, i));
+        int got = Py_TYPE(x) == S.t_ndarray && PyObject_GetBuffer(x, &l->v[i], flags) == 0;
+        Py_DECREF(x);
+        if (!got) {
             PyErr_Clear();
             drop(l);
             return 0;
@@ -49,14 +55,45 @@ static int get_list(List *l, PyObject *obj, int size, const Py_buffer *like, Py_
     return 1;
 }
 
+/* One reusable temporary for the copying paths: a fresh allocation of 64 KiB or more costs page
+ * faults on every call. Taken while the GIL is held; a second taker (another thread, while the
+ * first waits in MPI) gets memory of its own. */
+static char *scratch = NULL;
+static size_t scratch_size = 0;
+static int scratch_busy = 0;
+#define SCRATCH_MAX ((size_t)16 << 20)
+
+static char *take(size_t n) {
+    if (!scratch_busy && n <= SCRATCH_MAX) {
+        if (n > scratch_size) {
+            char *grown = PyMem_RawRealloc(scratch, n);
+            if (grown == NULL) return NULL;
+            scratch = grown;
+            scratch_size = n;
+        }
+        scratch_busy = 1;
+        return scratch;
+    }
+    return PyMem_RawMalloc(n);
+}
+
+static void give(char *p) {
+    if (p == NULL) return;
+    if (p == scratch)
+        scratch_busy = 0;
+    else
+        PyMem_RawFree(p);
+}
+
 typedef struct {
     const char *start, *end;
     int write;
 } Span;
 
 static int by_start(const void *x, const void *y) {
-    const char *a = ((const Span *)x)->start, *b = ((const Span *)y)->start;
-    return (a > b) - (a < b);
+    const char *a = ((const Span *)x)->start, *b = ((const Span *)y)->start; /* compared as integers */
+    uintptr_t u = (uintptr_t)a, v = (uintptr_t)b;
+    return (u > v) - (u < v);
 }
 
 /* Whether no written span shares a byte with any other span (reads may share with reads). */
@@ -112,7 +149,7 @@ PyObject *cmpi_allgather_list(PyObject *self, PyObject *const *a, Py_ssize_t nar
     List *ls[] = {&outs};
     int lw[] = {1}, ow[] = {0};
     Py_buffer *one[] = {&b.v[0]};
-    char *tmp = spans_apart(ls, lw, 1, one, ow, 1) ? PyMem_Malloc((size_t)(len * size + 1)) : NULL;
+    char *tmp = spans_apart(ls, lw, 1, one, ow, 1) ? take((size_t)(len * size + 1)) : NULL;
     if (tmp == NULL) {
         PyErr_Clear();
         drop(&outs);
@@ -123,12 +160,12 @@ PyObject *cmpi_allgather_list(PyObject *self, PyObject *const *a, Py_ssize_t nar
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, int, C##_T, void *, int, C##_T, C##_T))S.fn[F_ALLGATHER])( \
     s, (int)n, C(dt), tmp, (int)n, C(dt), C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     if (!ierr)
         for (int i = 0; i < size; i++) memcpy(outs.v[i].buf, tmp + (Py_ssize_t)i * len, (size_t)len);
-    PyMem_Free(tmp);
+    give(tmp);
     drop(&outs);
     return done(&b, ierr);
 }
@@ -152,7 +189,7 @@ PyObject *cmpi_reduce_scatter_list(PyObject *self, PyObject *const *a, Py_ssize_
     List *ls[] = {&ins};
     int lw[] = {0}, ow[] = {1};
     Py_buffer *one[] = {&b.v[0]};
-    char *tmp = spans_apart(ls, lw, 1, one, ow, 1) ? PyMem_Malloc((size_t)(len * size + 1)) : NULL;
+    char *tmp = spans_apart(ls, lw, 1, one, ow, 1) ? take((size_t)(len * size + 1)) : NULL;
     if (tmp == NULL) {
         PyErr_Clear();
         drop(&ins);
@@ -165,16 +202,18 @@ PyObject *cmpi_reduce_scatter_list(PyObject *self, PyObject *const *a, Py_ssize_
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, C##_T))S.fn[F_REDUCE_SCATTER_BLOCK])( \
     tmp, r, (int)n, C(dt), C(op), C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
-    PyMem_Free(tmp);
+    give(tmp);
     return done(&b, ierr);
 }
 
-/* gather_list(x, outs, root, datatype, comm, limit): MPI_Gatherv of x; on the root into a temporary
- * copied out into the list outs (arrays of x's kind and length; None on the other ranks), when x
- * is at most `limit` bytes. Every rank makes the Gatherv the general path makes. */
+/* gather_list(x, outs, root, datatype, comm, limit): MPI_Gatherv of x, every rank making the Gatherv
+ * the general path makes. On the root into the list outs (arrays of x's kind and length; None on
+ * the other ranks): straight into the entries, with displacements measured from the lowest one
+ * (mpicomm.dense.placed), where they are whole elements within int range; else, for entries of at
+ * most `limit` bytes, into a temporary copied out. */
 PyObject *cmpi_gather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     ARGS(6);
     Bufs b = {.n = 0};
@@ -186,32 +225,47 @@ PyObject *cmpi_gather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (PyErr_Occurred()) return NULL;
     if (!handle_of(a[3], S.t_datatype, &dt) || !handle_of(a[4], S.t_comm, &comm)) return cannot(&b);
     if (!get_fmt(&b, a[0], 0)) return cannot(&b);
-    Py_ssize_t n = elements(&b.v[0]), len = b.v[0].len;
-    if (n < 0 || n > INT_MAX || len > limit || comm_size(comm, &size)) return cannot(&b);
-    int rerr = comm_rank(comm, &rank);
-    if (rerr || root < 0 || root >= size || (Py_ssize_t)n * size > INT_MAX) return cannot(&b);
-    char *tmp = NULL;
+    Py_ssize_t n = elements(&b.v[0]), len = b.v[0].len, item = b.v[0].itemsize;
+    if (n < 0 || n > INT_MAX || comm_size(comm, &size) || comm_rank(comm, &rank)) return cannot(&b);
+    if (root < 0 || root >= size) return cannot(&b);
+    char *tmp = NULL, *into = NULL;
     int *counts = NULL, *displs = NULL;
     if (rank == root) {
         if (!get_list(&outs, a[1], size, &b.v[0], len, 1)) return cannot(&b);
         List *ls[] = {&outs};
         int lw[] = {1}, ow[] = {0};
         Py_buffer *one[] = {&b.v[0]};
-        if (spans_apart(ls, lw, 1, one, ow, 1)) {
-            tmp = PyMem_Malloc((size_t)(len * size + 1));
-            counts = PyMem_Malloc(sizeof(int) * 2 * (size_t)size);
-        }
-        if (tmp == NULL || counts == NULL) {
+        int ok = spans_apart(ls, lw, 1, one, ow, 1);
+        counts = ok ? PyMem_Malloc(sizeof(int) * 2 * (size_t)(size > 0 ? size : 1)) : NULL;
+        if (counts == NULL) {
             PyErr_Clear();
-            PyMem_Free(tmp);
-            PyMem_Free(counts);
             drop(&outs);
             return cannot(&b);
         }
         displs = counts + size;
-        for (int i = 0; i < size; i++) {
+        char *low = outs.v[0].buf;
+        for (int i = 1; i < size; i++)
+            if ((char *)outs.v[i].buf < low) low = outs.v[i].buf;
+        int placed = n > 0;
+        for (int i = 0; placed && i < size; i++) {
+            Py_ssize_t d = (char *)outs.v[i].buf - low;
+            placed = d % item == 0 && d / item <= INT_MAX;
             counts[i] = (int)n;
-            displs[i] = (int)n * i;
+            displs[i] = placed ? (int)(d / item) : 0;
+        }
+        if (placed) {
+            into = low;
+        } else if (len <= limit && (Py_ssize_t)n * size <= INT_MAX && (tmp = take((size_t)(len * size + 1)))) {
+            into = tmp;
+            for (int i = 0; i < size; i++) {
+                counts[i] = (int)n;
+                displs[i] = (int)n * i;
+            }
+        } else {
+            PyErr_Clear();
+            PyMem_Free(counts);
+            drop(&outs);
+            return cannot(&b);
         }
     } else if (a[1] != Py_None) {
         return cannot(&b);
@@ -221,13 +275,13 @@ PyObject *cmpi_gather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C)                                                                                          \
     ((int (*)(const void *, int, C##_T, void *, const int *, const int *, C##_T, int, C##_T))S.fn[F_GATHERV])( \
-        s, (int)n, C(dt), tmp, counts, displs, C(dt), root, C(comm))
-    ierr = S.int_handles ? CALL(I) : CALL(P);
+        s, (int)n, C(dt), into, counts, displs, C(dt), root, C(comm))
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     if (!ierr && tmp != NULL)
         for (int i = 0; i < size; i++) memcpy(outs.v[i].buf, tmp + (Py_ssize_t)i * len, (size_t)len);
-    PyMem_Free(tmp);
+    give(tmp);
     PyMem_Free(counts);
     drop(&outs);
     return done(&b, ierr);
@@ -272,8 +326,8 @@ PyObject *cmpi_exchange(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     Py_buffer *one[] = {own};
     int ok = spans_apart(ls, lw, 2, one, ow, own != NULL && a[0] == Py_None ? 1 : 0);
     ok = ok && (own == NULL || own->len == sends.v[rank].len);
-    for (int i = 0; ok && i < recvs.n; i++) ok = elements(&recvs.v[i]) <= INT_MAX;
-    for (int i = 0; ok && i < sends.n; i++) ok = elements(&sends.v[i]) <= INT_MAX;
+    for (int i = 0; ok && i < recvs.n; i++) ok = elements(&recvs.v[i]) >= 0 && elements(&recvs.v[i]) <= INT_MAX;
+    for (int i = 0; ok && i < sends.n; i++) ok = elements(&sends.v[i]) >= 0 && elements(&sends.v[i]) <= INT_MAX;
     Py_ssize_t width = S.int_handles ? (Py_ssize_t)sizeof(int) : (Py_ssize_t)sizeof(void *);
     char *requests = ok ? PyMem_Malloc((size_t)(2 * size * (width + S.status_size) + 1)) : NULL;
     if (requests == NULL) {
@@ -290,7 +344,7 @@ PyObject *cmpi_exchange(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
         void *req = requests + count * width;
 #define CALL(C) ((int (*)(void *, int, C##_T, int, int, C##_T, void *))S.fn[F_IRECV])( \
     v->buf, (int)elements(v), C(dt), p, tag, C(comm), req)
-        ierr = S.int_handles ? CALL(I) : CALL(P);
+        ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
         if (!ierr) count++;
     }
@@ -300,7 +354,7 @@ PyObject *cmpi_exchange(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
         void *req = requests + count * width;
 #define CALL(C) ((int (*)(const void *, int, C##_T, int, int, C##_T, void *))S.fn[F_ISEND])( \
     v->buf, (int)elements(v), C(dt), p, tag, C(comm), req)
-        ierr = S.int_handles ? CALL(I) : CALL(P);
+        ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
         if (!ierr) count++;
     }

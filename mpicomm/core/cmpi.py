@@ -30,7 +30,8 @@ so ranks on either path match):
 No buffer that is written may share memory with another, or the function returns ``NotImplemented``.
 
 Each returns None once MPI has made the call, raises mpi4py's ``MPI.Exception`` on an MPI error,
-and returns ``NotImplemented`` *before any MPI call* when it cannot serve the arguments (not a
+and returns ``NotImplemented`` *before any MPI call that communicates* (only the local
+``MPI_Comm_size`` and ``MPI_Comm_rank`` may have run) when it cannot serve the arguments (not a
 C-contiguous numpy array, a read-only output, sizes that do not match, a count over 2**31 - 1).
 A caller then makes the mpi4py call, whose checks and messages are the ones users see::
 
@@ -41,12 +42,15 @@ Until :func:`bind` succeeds (MPI not started yet, no C compiler at install, an M
 cannot be found, or ``MPICOMM_C=0``) every function here returns ``NotImplemented``, so mpicomm
 behaves exactly as with mpi4py alone.
 
-Binding needs no MPI headers: the functions are looked up in the libmpi that mpi4py loaded
-(``dlsym`` through mpi4py's own extension module, which searches its dependencies), the handle
+Binding needs no MPI headers: the functions are looked up where mpi4py's own calls find them
+(the global scope first, so that a PMPI tool in ``LD_PRELOAD`` sees these calls too, then the
+libmpi that mpi4py's extension module depends on), the handle
 width comes from ``MPI._sizeof`` (MPICH's ABI: C ints; Open MPI's and the MPI-5 standard ABI:
 pointers), ``MPI_IN_PLACE`` from ``int(MPI.IN_PLACE)``, and where mpi4py keeps a handle inside its
-objects from ``MPI._addressof``. Each of these is checked (handles read back against ``.handle``,
-one ``MPI_Allreduce`` on ``MPI_COMM_SELF``) before the module is used.
+objects from ``MPI._addressof``. Each of these is checked (every handle kind of one width, handles
+read back against ``.handle``, one ``MPI_Allreduce`` on ``MPI_COMM_SELF``) before the module is
+used. The datatypes the callers pass are those mpicomm caches for the arrays' own dtypes, whose
+size is the dtype's itemsize: the C side counts elements as bytes over itemsize.
 """
 
 from __future__ import annotations
@@ -139,13 +143,27 @@ def bind() -> None:
     _why = ""
 
 
+def _lookup(scopes: tuple[Any, ...], name: str) -> Any:
+    for scope in scopes:
+        try:
+            return getattr(scope, name)
+        except AttributeError:
+            continue
+    raise AttributeError(f"{name} is in no loaded MPI library")
+
+
 def _bind(module: Any) -> None:
     MPI = _mpi.MPI
-    lib = ctypes.CDLL(MPI.__file__, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-    addresses = tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in module.names())
+    # mpi4py's own calls bind as the dynamic linker binds them: the global scope first (a PMPI
+    # tool in LD_PRELOAD, a libmpi loaded globally), then the libmpi its extension depends on
+    scopes = (ctypes.CDLL(None), ctypes.CDLL(MPI.__file__, mode=os.RTLD_NOLOAD | os.RTLD_LAZY))
+    addresses = tuple(ctypes.cast(_lookup(scopes, name), ctypes.c_void_p).value for name in module.names())
     width = MPI._sizeof(MPI.Comm)
     if width not in (ctypes.sizeof(ctypes.c_int), ctypes.sizeof(ctypes.c_void_p)):
         raise ValueError(f"MPI handles of {width} bytes")
+    others = {MPI._sizeof(kind) for kind in (MPI.Datatype, MPI.Op, MPI.Request)}
+    if others != {width}:
+        raise ValueError(f"MPI handles of different widths ({width} and {sorted(others)} bytes)")
     samples = (MPI.COMM_SELF, MPI.COMM_WORLD, MPI.FLOAT, MPI.DOUBLE, MPI.SUM, MPI.MAX)
     offsets = {MPI._addressof(x) - id(x) for x in samples}
     if len(offsets) != 1:
@@ -168,6 +186,7 @@ def _bind(module: Any) -> None:
         want = x.handle if int_handles else ctypes.c_void_p(x.handle).value
         if got is None or (got - want) % (1 << 64 if not int_handles else 1 << 32):
             raise ValueError(f"read handle {got} for {x!r}, mpi4py says {x.handle}")
+    # one call through the binding, on this process alone
     probe = np.array([3.0, 4.0])
     answer = module.allreduce(probe, MPI.DOUBLE, MPI.SUM, MPI.COMM_SELF)
     if answer is not None or probe.tolist() != [3.0, 4.0]:

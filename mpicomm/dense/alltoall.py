@@ -210,7 +210,8 @@ def all_to_all_single(
     else:
         send = [sbuf, _counts(in_rows, sunit), sdt]
         recv = [rbuf, _counts(out_rows, runit), rdt]
-        if w is not None and fast.dt_out(output) is not None and fast.dt_in(input) is not None:
+        common = group is None and async_op is False and w is not None and not _Flag.on  # world plans only
+        if common and fast.dt_out(output) is not None and fast.dt_in(input) is not None:
             _remember(output_split_sizes, input_split_sizes, output, input, send[1], recv[1])
         if async_op:
             return Work([g.comm.Ialltoallv(send, recv)], keep=(send, recv), result=[out], finish=post, fn=fn)

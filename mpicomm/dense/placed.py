@@ -31,7 +31,8 @@ __all__ = ["entries", "gather", "gather_fast", "spread"]
 
 #: The largest displacement every MPI takes (a C int: Open MPI 5 has no MPI-4 large-count calls).
 INT_MAX = (1 << 31) - 1
-#: Bytes per entry up to which a common gather goes through cmpi's temporary (one copy per entry).
+#: Bytes per entry up to which a common gather whose entries cmpi cannot reach from the lowest one
+#: (addresses apart by other than whole elements) goes through its temporary (one copy per entry).
 SMALL_GATHER = 64 << 10
 
 

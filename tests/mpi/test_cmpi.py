@@ -175,6 +175,8 @@ def test_refusals_before_any_mpi_call(world: tuple[MPI.Intracomm, int, int]) -> 
     assert cmpi.reduce_scatter_list(one, [one] + [np.zeros(2)] * (size - 1), dt, op, comm, 1 << 16) is ni
     assert cmpi.gather_list(one, [np.zeros(3) for _ in range(size)], rank, dt, comm, 1 << 16) is ni
     assert cmpi.gather_list(one, None, size, dt, comm, 1 << 16) is ni  # root out of range
+    empty_items = [np.zeros(3, dtype=[]) for _ in range(size)]  # itemsize 0: no element count
+    assert cmpi.exchange([np.zeros(3, dtype=[]) for _ in range(size)], empty_items, None, 1, dt, comm) is ni
     shared = np.zeros(2)
     assert cmpi.exchange([shared] * size, [shared] * size, None, 1, dt, comm) is ni
     assert cmpi.exchange(None, [np.zeros(2)] * size, one.copy()[:1], 1, dt, comm) is ni  # own size
