@@ -456,20 +456,28 @@ def _reduce_scatter_pairwise(
     size, rank = g.size(), g.rank()
     dt = datatype(out.dtype)
     peers = [p for p in range(size) if p != rank]
-    received = np.empty((len(peers), out.size), out.dtype)
-    sends = [premultiply(op, send_view(ins[p])) for p in peers]
-    requests = exchange(
-        g, dict(zip(peers, received, strict=True)), dict(zip(peers, sends, strict=True)), REDUCE_SCATTER
-    )
     own = ins[rank]
     buf, back = staged(out)
+    # The first peer's piece goes straight into the output when nothing else lives there (no
+    # premultiplied own piece to put first, no input sharing its memory): one pass over the data
+    # less than receiving it aside and copying this rank's own piece in first.
+    direct = bool(peers) and op.factor is None and not any(np.may_share_memory(buf, x) for x in ins)
+    received = np.empty((len(peers) - direct, out.size), out.dtype)
+    targets = [buf, *received] if direct else list(received)
+    sends = [premultiply(op, send_view(ins[p])) for p in peers]
+    requests = exchange(
+        g, dict(zip(peers, targets, strict=True)), dict(zip(peers, sends, strict=True)), REDUCE_SCATTER
+    )
 
     def combine() -> None:
-        np.copyto(buf, own.reshape(out.shape))
-        premultiply(op, buf, out=buf)
         flat = buf.reshape(-1)
+        if not direct:
+            np.copyto(buf, own.reshape(out.shape))
+            premultiply(op, buf, out=buf)
         for row in received:
             mop.Reduce_local([row, dt], [flat, dt])
+        if direct:  # MPI's predefined ops commute
+            mop.Reduce_local([send_view(own).reshape(-1), dt], [flat, dt])
         if op.name == "AVG":
             average(buf, size)
         if back is not None:

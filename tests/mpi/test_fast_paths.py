@@ -94,3 +94,34 @@ def test_calls_the_fast_path_refuses_get_the_general_paths_errors(
         call(world.size(), world.rank())
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize("alias", ["none", "own", "peer"])
+@pytest.mark.parametrize("op", ["SUM", "MAX", "AVG", "PREMUL_SUM"])
+def test_large_list_reduce_scatter_receives_into_its_output_only_when_nothing_shares_it(
+    world: mpicomm.ProcessGroup, rng: Any, alias: str, op: str
+) -> None:
+    """Pairwise reduce_scatter (entries past the small path) with the output apart, or a view of
+    this rank's own input, or of a peer's input: every case matches numpy."""
+    w, r = world.size(), world.rank()
+    n = (64 << 10) // 8 + 3  # float64 entries just past mpicomm.dense.small.SMALL
+    full = rng.integers(-20, 20, (w, w, n)).astype(np.float64)  # full[i, j]: rank i's entry j
+    ins = [full[r, j].copy() for j in range(w)]
+    if alias == "own":
+        out = ins[r]
+    elif alias == "peer" and w > 1:
+        out = ins[(r + 1) % w]
+    else:
+        out = np.empty(n)
+    expected_ins = full[:, r]
+    reduce_op = mpicomm.ReduceOp.PREMUL_SUM(2.0) if op == "PREMUL_SUM" else getattr(mpicomm.ReduceOp, op)
+    mpicomm.reduce_scatter(out, ins, op=reduce_op)
+    if op == "MAX":
+        want = expected_ins.max(axis=0)
+    elif op == "AVG":
+        want = expected_ins.sum(axis=0) / w
+    elif op == "PREMUL_SUM":
+        want = 2.0 * expected_ins.sum(axis=0)
+    else:
+        want = expected_ins.sum(axis=0)
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-12)
