@@ -93,28 +93,32 @@ static PyObject *bcast(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     return done(&b, ierr);
 }
 
-/* allgather(send, recv, datatype, comm): recv holds the group size times send's elements. */
-static PyObject *allgather(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+/* allgather(send, recv, datatype, comm): recv holds the group size times send's elements.
+ * alltoall(send, recv, datatype, comm): equal pieces, send and recv of one size.
+ * Both calls take MPI's (send, count, type, recv, count, type, comm). */
+static PyObject *blocks(PyObject *const *a, Py_ssize_t nargs, int to_all) {
     ARGS(4);
     Bufs b = {.n = 0};
     H dt, comm;
     int size;
     if (!handle_of(a[2], S.t_datatype, &dt) || !handle_of(a[3], S.t_comm, &comm)) return cannot(&b);
-    if (!get(&b, a[0], 0) || !get(&b, a[1], 1)) return cannot(&b);
-    Py_ssize_t n = elements(&b.v[0]);
-    if (n < 0 || n > INT_MAX || b.v[0].itemsize != b.v[1].itemsize || !apart(&b.v[0], &b.v[1]))
-        return cannot(&b);
-    if (comm_size(comm, &size) || elements(&b.v[1]) != n * size) return cannot(&b);
-    void *s = b.v[0].buf, *r = b.v[1].buf;
+    if (!two(&b, a[0], a[1]) || comm_size(comm, &size) || size <= 0) return cannot(&b);
+    Py_ssize_t n = elements(&b.v[0]), count = to_all ? n / size : n;
+    int fits = to_all ? b.v[0].len == b.v[1].len && n % size == 0 : elements(&b.v[1]) == n * size;
+    if (n < 0 || count > INT_MAX || !fits) return cannot(&b);
+    void *s = b.v[0].buf, *r = b.v[1].buf, *f = S.fn[to_all ? F_ALLTOALL : F_ALLGATHER];
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
-#define CALL(C) ((int (*)(const void *, int, C##_T, void *, int, C##_T, C##_T))S.fn[F_ALLGATHER])( \
-    s, (int)n, C(dt), r, (int)n, C(dt), C(comm))
+#define CALL(C) ((int (*)(const void *, int, C##_T, void *, int, C##_T, C##_T))f)(s, (int)count, C(dt), r, (int)count, C(dt), C(comm))
     ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
 }
+
+static PyObject *allgather(PyObject *self, PyObject *const *a, Py_ssize_t nargs) { return blocks(a, nargs, 0); }
+
+static PyObject *alltoall(PyObject *self, PyObject *const *a, Py_ssize_t nargs) { return blocks(a, nargs, 1); }
 
 /* reduce_scatter_block(send, recv, datatype, op, comm): send holds the group size times recv's elements. */
 static PyObject *reduce_scatter_block(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
@@ -124,40 +128,15 @@ static PyObject *reduce_scatter_block(PyObject *self, PyObject *const *a, Py_ssi
     int size;
     if (!handle_of(a[2], S.t_datatype, &dt) || !handle_of(a[3], S.t_op, &op) || !handle_of(a[4], S.t_comm, &comm))
         return cannot(&b);
-    if (!get(&b, a[0], 0) || !get(&b, a[1], 1)) return cannot(&b);
+    if (!two(&b, a[0], a[1])) return cannot(&b);
     Py_ssize_t n = elements(&b.v[1]);
-    if (n < 0 || n > INT_MAX || b.v[0].itemsize != b.v[1].itemsize || !apart(&b.v[0], &b.v[1]))
-        return cannot(&b);
+    if (n < 0 || n > INT_MAX) return cannot(&b);
     if (comm_size(comm, &size) || elements(&b.v[0]) != n * size) return cannot(&b);
     void *s = b.v[0].buf, *r = b.v[1].buf;
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, C##_T))S.fn[F_REDUCE_SCATTER_BLOCK])( \
     s, r, (int)n, C(dt), C(op), C(comm))
-    ierr = S.int_handles ? CALL(HI) : CALL(HP);
-#undef CALL
-    Py_END_ALLOW_THREADS;
-    return done(&b, ierr);
-}
-
-/* alltoall(send, recv, datatype, comm): equal pieces, send and recv of one size. */
-static PyObject *alltoall(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
-    ARGS(4);
-    Bufs b = {.n = 0};
-    H dt, comm;
-    int size;
-    if (!handle_of(a[2], S.t_datatype, &dt) || !handle_of(a[3], S.t_comm, &comm)) return cannot(&b);
-    if (!get(&b, a[0], 0) || !get(&b, a[1], 1)) return cannot(&b);
-    Py_ssize_t n = elements(&b.v[0]);
-    if (n < 0 || b.v[0].len != b.v[1].len || b.v[0].itemsize != b.v[1].itemsize || !apart(&b.v[0], &b.v[1]))
-        return cannot(&b);
-    if (comm_size(comm, &size) || size <= 0 || n % size || n / size > INT_MAX) return cannot(&b);
-    int count = (int)(n / size);
-    void *s = b.v[0].buf, *r = b.v[1].buf;
-    int ierr;
-    Py_BEGIN_ALLOW_THREADS;
-#define CALL(C) ((int (*)(const void *, int, C##_T, void *, int, C##_T, C##_T))S.fn[F_ALLTOALL])( \
-    s, count, C(dt), r, count, C(dt), C(comm))
     ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
@@ -182,15 +161,15 @@ static PyObject *alltoallv(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     H dt, comm;
     int size;
     if (!handle_of(a[6], S.t_datatype, &dt) || !handle_of(a[7], S.t_comm, &comm)) return cannot(&b);
-    if (!get(&b, a[0], 0) || !get(&b, a[1], 0) || !get(&b, a[2], 0) || !get(&b, a[3], 1) ||
-        !get(&b, a[4], 0) || !get(&b, a[5], 0))
+    if (!two(&b, a[0], a[3]) || !get(&b, a[1], 0) || !get(&b, a[2], 0) || !get(&b, a[4], 0) || !get(&b, a[5], 0))
         return cannot(&b);
-    if (b.v[0].itemsize != b.v[3].itemsize || !apart(&b.v[0], &b.v[3]) || comm_size(comm, &size) ||
-        !inside(&b.v[1], &b.v[2], size, elements(&b.v[0])) || !inside(&b.v[4], &b.v[5], size, elements(&b.v[3])))
+    /* b.v: send, recv, scounts, sdispls, rcounts, rdispls */
+    if (comm_size(comm, &size) ||
+        !inside(&b.v[2], &b.v[3], size, elements(&b.v[0])) || !inside(&b.v[4], &b.v[5], size, elements(&b.v[1])))
         return cannot(&b);
     const void *s = b.v[0].buf;
-    void *r = b.v[3].buf;
-    const int *sc = b.v[1].buf, *sd = b.v[2].buf, *rc = b.v[4].buf, *rd = b.v[5].buf;
+    void *r = b.v[1].buf;
+    const int *sc = b.v[2].buf, *sd = b.v[3].buf, *rc = b.v[4].buf, *rd = b.v[5].buf;
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C)                                                                                      \
@@ -202,52 +181,42 @@ static PyObject *alltoallv(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return done(&b, ierr);
 }
 
-/* send(buf, datatype, dest, tag, comm) */
-static PyObject *send(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+/* send(buf, datatype, dest, tag, comm) and recv(buf, datatype, source, tag, comm); a message
+ * longer than recv's buf is MPI's truncation error. */
+static PyObject *p2p(PyObject *const *a, Py_ssize_t nargs, int receive) {
     ARGS(5);
     Bufs b = {.n = 0};
     H dt, comm;
-    int dest = (int)PyLong_AsLong(a[2]), tag = (int)PyLong_AsLong(a[3]);
+    int peer = (int)PyLong_AsLong(a[2]), tag = (int)PyLong_AsLong(a[3]);
     if (PyErr_Occurred()) return NULL;
     if (!handle_of(a[1], S.t_datatype, &dt) || !handle_of(a[4], S.t_comm, &comm)) return cannot(&b);
-    if (!get(&b, a[0], 0)) return cannot(&b);
-    Py_ssize_t n = elements(&b.v[0]);
-    if (n < 0 || n > INT_MAX) return cannot(&b);
-    void *buf = b.v[0].buf;
-    int ierr;
-    Py_BEGIN_ALLOW_THREADS;
-#define CALL(C) ((int (*)(const void *, int, C##_T, int, int, C##_T))S.fn[F_SEND])( \
-    buf, (int)n, C(dt), dest, tag, C(comm))
-    ierr = S.int_handles ? CALL(HI) : CALL(HP);
-#undef CALL
-    Py_END_ALLOW_THREADS;
-    return done(&b, ierr);
-}
-
-/* recv(buf, datatype, source, tag, comm): a message longer than buf is MPI's truncation error. */
-static PyObject *recv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
-    ARGS(5);
-    Bufs b = {.n = 0};
-    H dt, comm;
-    int source = (int)PyLong_AsLong(a[2]), tag = (int)PyLong_AsLong(a[3]);
-    if (PyErr_Occurred()) return NULL;
-    if (!handle_of(a[1], S.t_datatype, &dt) || !handle_of(a[4], S.t_comm, &comm)) return cannot(&b);
-    if (!get(&b, a[0], 1)) return cannot(&b);
+    if (!get(&b, a[0], receive)) return cannot(&b);
     Py_ssize_t n = elements(&b.v[0]);
     if (n < 0 || n > INT_MAX) return cannot(&b);
     void *buf = b.v[0].buf;
     /* MPI_Status is at most a few dozen bytes in every ABI; 256 aligned bytes hold any of them. */
-    union { char bytes[256]; long double align; } status;
+    union {
+        char bytes[256];
+        long double align;
+    } status;
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
-#define CALL(C) ((int (*)(void *, int, C##_T, int, int, C##_T, void *))S.fn[F_RECV])( \
-    buf, (int)n, C(dt), source, tag, C(comm), &status)
-    ierr = S.int_handles ? CALL(HI) : CALL(HP);
-#undef CALL
+#define SEND(C) ((int (*)(const void *, int, C##_T, int, int, C##_T))S.fn[F_SEND])(buf, (int)n, C(dt), peer, tag, C(comm))
+#define RECV(C) ((int (*)(void *, int, C##_T, int, int, C##_T, void *))S.fn[F_RECV])( \
+    buf, (int)n, C(dt), peer, tag, C(comm), &status)
+    if (receive)
+        ierr = S.int_handles ? RECV(HI) : RECV(HP);
+    else
+        ierr = S.int_handles ? SEND(HI) : SEND(HP);
+#undef SEND
+#undef RECV
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
 }
 
+static PyObject *send(PyObject *self, PyObject *const *a, Py_ssize_t nargs) { return p2p(a, nargs, 0); }
+
+static PyObject *recv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) { return p2p(a, nargs, 1); }
 
 /* handle(obj): the handle read where this module reads it (to check the binding against .handle). */
 static PyObject *handle(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {

@@ -101,6 +101,12 @@ static inline int apart(const Py_buffer *x, const Py_buffer *y) {
     return x->len == 0 || y->len == 0 || a + x->len <= b || b + y->len <= a;
 }
 
+/* The send and receive arrays of a two-array call: numpy, C-contiguous, the receive one writeable,
+ * of one itemsize and sharing no byte; 0 where the call cannot be served. */
+static inline int two(Bufs *b, PyObject *send, PyObject *recv) {
+    return get(b, send, 0) && get(b, recv, 1) && b->v[0].itemsize == b->v[1].itemsize && apart(&b->v[0], &b->v[1]);
+}
+
 static inline Py_ssize_t elements(const Py_buffer *v) { return v->itemsize > 0 ? v->len / v->itemsize : -1; }
 
 static inline int comm_size(H comm, int *size) {
