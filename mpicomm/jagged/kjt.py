@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import _mpi
-from ..core import validation
+from ..core import cmpi, validation
 from ..core.buffers import as_int_list, row_size, send_view
 from ..core.calls import collective
 from ..core.control import PAYLOAD_ENV, memory_bound
@@ -244,7 +244,8 @@ class KJTAllToAll:
             offsets = kja._offsets64 if kja._offsets64 is not None else kja._wide_offsets()
             sent = sending(send, lay, offsets, kja._lengths, kja._values.shape[0])
         got = np.empty_like(sent.header)
-        g.internal.Alltoall([sent.header, self._i64], [got, self._i64])
+        if cmpi.alltoall(sent.header, got, self._i64, g.internal) is NotImplemented:
+            g.internal.Alltoall([sent.header, self._i64], [got, self._i64])
         recv = send.receive(lay, got, fn)
         arrived = arriving(recv, lay, got, send.item_bytes, fn)
         # every rank sees every rank's total and direct flag, so every rank takes the same path
