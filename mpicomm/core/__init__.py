@@ -12,6 +12,9 @@
   ``CommunicationError``, bool flags.
 - ``failure``: the hook that aborts the whole job when one rank dies of an exception.
 - ``reduce_op``: ``ReduceOp`` and the local arithmetic of AVG and PREMUL_SUM.
+- ``fast``: the cheap tests that let a common call skip the general checks.
+- ``cmpi``: the common calls' MPI calls made from C (``_cmpi.c``, ``_cmpi_lists.c``), bound to the
+  MPI that mpi4py loaded; mpi4py's path where the extension is not built or ``MPICOMM_C=0``.
 
 May import: ``mpicomm.errors``, ``mpicomm._mpi``, numpy. Nothing else in mpicomm.
 """
