@@ -131,6 +131,33 @@ static int spans_apart(List *lists[], const int *lwrite, int nl, Py_buffer *one[
     return ok;
 }
 
+/* The head both copying list forms share: the array `x` (written if `x_writes`) and the list `lst`
+ * of the group size of arrays of x's kind and length (written if x is not), no written byte shared,
+ * x at most `limit` bytes. Returns a temporary for the group size times x, or NULL with nothing
+ * held in b or l (the call cannot be served). */
+static char *one_and_list(Bufs *b, List *l, PyObject *x, PyObject *lst, int x_writes, Py_ssize_t limit, H comm,
+                          int *size) {
+    l->v = NULL;
+    l->n = 0;
+    if (!get_fmt(b, x, x_writes)) return NULL;
+    Py_ssize_t n = elements(&b->v[0]), len = b->v[0].len;
+    if (n < 0 || n > INT_MAX || len > limit || comm_size(comm, size) ||
+        !get_list(l, lst, *size, &b->v[0], len, !x_writes)) {
+        release(b);
+        return NULL;
+    }
+    List *ls[] = {l};
+    int lw[] = {!x_writes}, ow[] = {x_writes};
+    Py_buffer *one[] = {&b->v[0]};
+    char *tmp = spans_apart(ls, lw, 1, one, ow, 1) ? take((size_t)(len * *size + 1)) : NULL;
+    if (tmp == NULL) {
+        PyErr_Clear();
+        drop(l);
+        release(b);
+    }
+    return tmp;
+}
+
 /* allgather_list(x, outs, datatype, comm, limit): MPI_Allgather of x into a temporary, copied out
  * into the list outs of arrays of x's kind and length, when x is at most `limit` bytes. */
 PyObject *cmpi_allgather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
@@ -142,19 +169,9 @@ PyObject *cmpi_allgather_list(PyObject *self, PyObject *const *a, Py_ssize_t nar
     Py_ssize_t limit = PyLong_AsSsize_t(a[4]);
     if (limit == -1 && PyErr_Occurred()) return NULL;
     if (!handle_of(a[2], S.t_datatype, &dt) || !handle_of(a[3], S.t_comm, &comm)) return cannot(&b);
-    if (!get_fmt(&b, a[0], 0)) return cannot(&b);
+    char *tmp = one_and_list(&b, &outs, a[0], a[1], 0, limit, comm, &size);
+    if (tmp == NULL) return cannot(&b);
     Py_ssize_t n = elements(&b.v[0]), len = b.v[0].len;
-    if (n < 0 || n > INT_MAX || len > limit || comm_size(comm, &size)) return cannot(&b);
-    if (!get_list(&outs, a[1], size, &b.v[0], len, 1)) return cannot(&b);
-    List *ls[] = {&outs};
-    int lw[] = {1}, ow[] = {0};
-    Py_buffer *one[] = {&b.v[0]};
-    char *tmp = spans_apart(ls, lw, 1, one, ow, 1) ? take((size_t)(len * size + 1)) : NULL;
-    if (tmp == NULL) {
-        PyErr_Clear();
-        drop(&outs);
-        return cannot(&b);
-    }
     const void *s = b.v[0].buf;
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
@@ -182,19 +199,9 @@ PyObject *cmpi_reduce_scatter_list(PyObject *self, PyObject *const *a, Py_ssize_
     if (limit == -1 && PyErr_Occurred()) return NULL;
     if (!handle_of(a[2], S.t_datatype, &dt) || !handle_of(a[3], S.t_op, &op) || !handle_of(a[4], S.t_comm, &comm))
         return cannot(&b);
-    if (!get_fmt(&b, a[0], 1)) return cannot(&b);
+    char *tmp = one_and_list(&b, &ins, a[0], a[1], 1, limit, comm, &size);
+    if (tmp == NULL) return cannot(&b);
     Py_ssize_t n = elements(&b.v[0]), len = b.v[0].len;
-    if (n < 0 || n > INT_MAX || len > limit || comm_size(comm, &size)) return cannot(&b);
-    if (!get_list(&ins, a[1], size, &b.v[0], len, 0)) return cannot(&b);
-    List *ls[] = {&ins};
-    int lw[] = {0}, ow[] = {1};
-    Py_buffer *one[] = {&b.v[0]};
-    char *tmp = spans_apart(ls, lw, 1, one, ow, 1) ? take((size_t)(len * size + 1)) : NULL;
-    if (tmp == NULL) {
-        PyErr_Clear();
-        drop(&ins);
-        return cannot(&b);
-    }
     for (int i = 0; i < size; i++) memcpy(tmp + (Py_ssize_t)i * len, ins.v[i].buf, (size_t)len);
     drop(&ins);
     void *r = b.v[0].buf;

@@ -88,21 +88,7 @@ def _unbound(*args: Any) -> Any:
 
 allreduce = reduce = bcast = allgather = reduce_scatter_block = alltoall = alltoallv = send = recv = _unbound
 allgather_list = reduce_scatter_list = gather_list = exchange = _unbound
-_NAMES = (
-    "allreduce",
-    "reduce",
-    "bcast",
-    "allgather",
-    "reduce_scatter_block",
-    "alltoall",
-    "alltoallv",
-    "send",
-    "recv",
-    "allgather_list",
-    "reduce_scatter_list",
-    "gather_list",
-    "exchange",
-)
+_NAMES = tuple(name for name in __all__ if name not in ("bind", "bound"))  # the C functions
 _why = "not bound yet (MPI not started)"
 
 
