@@ -33,7 +33,7 @@ from ..core.groups import ProcessGroup, resolve, root_rank
 from ..core.reduce_op import ReduceOp
 from ..dense import reductions
 from .staged import Staging
-from .staging import ChunkPlan, plan_chunks
+from .staging import ChunkPlan, chunk_bytes, plan_chunks
 
 __all__ = ["all_reduce", "broadcast", "reduce", "reduce_scatter_tensor", "run_chunks"]
 
@@ -50,9 +50,10 @@ def _plan(
         return None  # the host code raises the error
     if g.comm is None:
         return None
-    plan = plan_chunks(int(x.nbytes), x.itemsize)
-    if len(plan) < 2:
+    nbytes, chunk = int(x.nbytes), chunk_bytes()
+    if nbytes <= max(x.itemsize, chunk - chunk % x.itemsize):  # one chunk (plan_chunks' step): not pipelined
         return None
+    plan = plan_chunks(nbytes, x.itemsize, chunk)
     if validation._Flag.on:  # a host-array rank's record differs: the mix is one error everywhere
         validation.check(g, fn, {"staging": f"{len(plan)} chunks of {plan.chunk_bytes} bytes"})
     return g, plan

@@ -23,7 +23,12 @@ REPO = Path(__file__).resolve().parents[2]
 def _child(code: str, visible: str) -> dict[str, object]:
     """Run ``code`` in a new interpreter outside MPI, CUDA_VISIBLE_DEVICES=visible; it prints JSON last."""
     drop = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCAL", "SLURM_", "MPICOMM_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    # Open MPI's singleton start runs orted, which refuses root unless these two are set (GPU machines
+    # run as root): they are the user's settings, not the launcher's, so the child keeps them.
+    keep = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+    env = {k: v for k, v in os.environ.items() if k in keep or not k.startswith(drop)}
+    # Open MPI's orted also wants a remote shell it never uses on one node; machines without ssh have none.
+    env.setdefault("OMPI_MCA_plm_rsh_agent", "false")
     env["CUDA_VISIBLE_DEVICES"] = visible
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
