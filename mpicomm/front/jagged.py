@@ -141,7 +141,7 @@ class _DevicePath:
 
     @staticmethod
     def start(call: kjt._Call, placed: bool, direct: bool) -> kjt.KJTAllToAllAwaitable:
-        """Move ``call``'s data; ``placed``: the host's placed path (non-blocking, indexed types)."""
+        """Move ``call``'s data; ``placed``: the host's placed path (Alltoallw, indexed types)."""
         be = backend()
         kja = call.kja
         src = _each(be.contiguous, (kja._lengths, kja._values, kja._weights))

@@ -144,7 +144,7 @@ class Layout:
         self.sums_exact = size * max(nk, 1) * self.bound < 1 << 63
 
     def recv(self, out: np.ndarray, types: list[Any], base: Any) -> list[Any]:
-        """Ialltoallw's receive arguments: one of each indexed type at ``out``, or nothing without keys."""
+        """Alltoallw's receive arguments: one of each indexed type at ``out``, or nothing without keys."""
         if types:
             return [out, (self.ones, self.zeros), types]
         return [out, (self.zeros, self.zeros), [base] * self.size]
@@ -318,7 +318,7 @@ class SendPlan:
         self.key_rows = key_rows  # where each key's lengths start (and the end)
         rows = key_rows[layout.bounds]
         self.row_counts, self.row_displs = (rows[1:] - rows[:-1]).tolist(), rows[:-1].tolist()
-        self.row_bytes = [d * types[0].Get_size() for d in self.row_displs]  # Ialltoallw's displacements
+        self.row_bytes = [d * types[0].Get_size() for d in self.row_displs]  # Alltoallw's displacements
         me = layout.rank
         self.row_self = (self.row_displs[me], self.row_counts[me])
         self.row_counts_peers = [0 if d == me else c for d, c in enumerate(self.row_counts)]

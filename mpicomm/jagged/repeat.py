@@ -37,7 +37,7 @@ class Sent:
         counts, starts: Values to each destination and where they start (Alltoallv's arguments).
         peers: ``counts`` with 0 for this rank, whose own values the placed path copies locally.
         mine: Where this rank's own values start, and how many there are.
-        byte_starts: ``starts`` in bytes (Ialltoallw's displacements).
+        byte_starts: ``starts`` in bytes (Alltoallw's displacements).
     """
 
     __slots__ = ("bounds", "byte_starts", "counts", "header", "mine", "peers", "starts")
