@@ -115,11 +115,7 @@ class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's 
 
 class KJTAllToAllAwaitable(kjt.KJTAllToAllAwaitable):  # noqa: D101 (the host class's docstring)
     __doc__ = kjt.KJTAllToAllAwaitable.__doc__
-    __slots__ = ("_model",)
-
-    def __init__(self, inner: kjt.KJTAllToAllAwaitable, model: Any) -> None:
-        super().__init__(inner._work, inner._out, inner._finish)
-        self._model = model
+    __slots__ = ()  # the host class's object, seen through this class (see KJTAllToAll.__call__)
 
     def wait(self) -> KeyedJaggedArray:
         """Block until the data has arrived and return this rank's KeyedJaggedArray, in the input's kind."""
@@ -250,7 +246,11 @@ class KJTAllToAll(kjt.KJTAllToAll):  # noqa: D101 (the host class's docstring)
             host = copy.copy(kja)
             host.__class__ = keyed.KeyedJaggedArray
             kja = host
-        return KJTAllToAllAwaitable(super().__call__(kja), model)
+        handle: Any = super().__call__(kja)
+        handle.__class__ = KJTAllToAllAwaitable  # the same object (no new one per call), the front's wait()
+        handle._model = model
+        front: KJTAllToAllAwaitable = handle
+        return front
 
 
 def jagged_all_to_all_direct(

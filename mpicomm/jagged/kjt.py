@@ -74,12 +74,13 @@ class KJTAllToAllAwaitable:
     path (work done before it does not delay the exchange).
     """
 
-    __slots__ = ("_finish", "_out", "_work")
+    # _model: the caller's array whose kind the output takes, set by the front door's subclass
+    __slots__ = ("_finish", "_model", "_out", "_work")
 
     def __init__(
         self, work: Work | None, out: list[KeyedJaggedArray], finish: Callable[[], None] | None = None
     ) -> None:
-        self._work, self._out, self._finish = work, out, finish
+        self._work, self._out, self._finish, self._model = work, out, finish, None
 
     def wait(self) -> KeyedJaggedArray:
         """Block until the data has arrived, reorder it, and return this rank's KeyedJaggedArray."""
