@@ -1,0 +1,115 @@
+"""The front door's cache of small CPU tensors' numpy views: reused only while the tensor is unchanged.
+
+A tensor whose memory, shape, strides or dtype changed in place (``resize_``, ``set_``,
+``transpose_``, ``.data =``) between two calls must get a new view: each test changes one of them
+and checks every rank's result against a numpy reference built from the shared seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import mpicomm
+from mpicomm import ReduceOp
+from mpicomm.front import door
+
+pytestmark = pytest.mark.mpi
+
+
+def _world() -> tuple[int, int]:
+    mpicomm.init()
+    return mpicomm.get_rank(), mpicomm.get_world_size()
+
+
+def _inputs(seed: int, w: int, n: int) -> np.ndarray:
+    """Every rank's float32 input, shape (w, n): small integers, so sums are exact."""
+    return np.random.default_rng(seed).integers(0, 5, (w, n)).astype(np.float32)
+
+
+def test_a_reused_tensor_is_reduced_right_every_time() -> None:
+    r, w = _world()
+    g = _inputs(1, w, 6)
+    t = torch.from_numpy(g[r].copy())
+    want = g.sum(axis=0)
+    mpicomm.all_reduce(t)
+    np.testing.assert_array_equal(t.numpy(), want)
+    t.copy_(torch.from_numpy(g[r]))
+    mpicomm.all_reduce(t)  # the second call may use the kept view: the same memory, the same result
+    np.testing.assert_array_equal(t.numpy(), want)
+    assert id(t) in door._VIEWS
+
+
+def test_resize_shrinks_the_tensor_and_the_next_call_sees_only_what_is_left() -> None:
+    r, w = _world()
+    g = _inputs(2, w, 9)
+    t = torch.from_numpy(g[r].copy())
+    mpicomm.all_reduce(t)
+    alias = t[:]  # the same 9 elements, kept to see what the next call touches
+    t.resize_(4)  # the same pointer, a new shape (numpy views forbid growing the storage, not this)
+    t.copy_(torch.from_numpy(g[r, :4]))
+    mpicomm.all_reduce(t)
+    np.testing.assert_array_equal(t.numpy(), g[:, :4].sum(axis=0))
+    np.testing.assert_array_equal(alias.numpy()[4:], g[:, 4:].sum(axis=0))  # a stale view would reduce these
+
+
+def test_set_points_the_tensor_at_other_memory() -> None:
+    r, w = _world()
+    g = _inputs(3, w, 5)
+    t = torch.from_numpy(g[r].copy())
+    mpicomm.all_reduce(t)
+    other = torch.from_numpy((2 * g[r]).copy())
+    t.set_(other)
+    mpicomm.all_reduce(t)
+    np.testing.assert_array_equal(other.numpy(), 2 * g.sum(axis=0))
+
+
+def test_transpose_in_place_changes_shape_and_strides() -> None:
+    r, w = _world()
+    g = _inputs(4, w, 6).reshape(w, 2, 3)
+    t = torch.from_numpy(g[r].copy())
+    out = torch.empty(w * 6)
+    mpicomm.all_gather_into_tensor(out, t)
+    np.testing.assert_array_equal(out.numpy(), g.reshape(-1))
+    t.transpose_(0, 1)  # the same memory, shape (3, 2), strides (1, 3): gathered in its new order
+    mpicomm.all_gather_into_tensor(out, t)
+    np.testing.assert_array_equal(out.numpy(), g.transpose(0, 2, 1).reshape(-1))
+
+
+def test_data_swapped_for_another_dtype_view_of_the_same_memory() -> None:
+    r, w = _world()
+    t = torch.full((4,), 1.0)
+    mpicomm.all_reduce(t)
+    t.data = t.view(torch.int32)  # the same pointer, shape and strides; only the dtype differs
+    t.fill_(r + 2)
+    mpicomm.all_reduce(t, op=ReduceOp.PRODUCT)  # a float32 view would multiply denormals to 0
+    assert t.dtype == torch.int32
+    want = np.prod(np.arange(2, w + 2, dtype=np.int64))
+    np.testing.assert_array_equal(t.numpy(), np.full(4, want, np.int32))
+
+
+def test_two_tensor_calls_use_and_refresh_the_cache() -> None:
+    r, w = _world()
+    g = _inputs(5, w, 3 * w)
+    out = torch.empty(3 * w)
+    inp = torch.from_numpy(g[r].copy())
+    for _ in range(2):
+        mpicomm.all_to_all_single(out, inp)
+        want = g.reshape(w, w, 3)[:, r, :].reshape(-1)
+        np.testing.assert_array_equal(out.numpy(), want)
+    out.resize_(3 * w - 1)  # a wrong size now (a shrink: numpy views forbid growing): the call must refuse
+    with pytest.raises(mpicomm.ArgumentError):
+        mpicomm.all_to_all_single(out, inp)
+
+
+def test_the_cache_is_bounded_and_keeps_no_large_tensor() -> None:
+    _world()
+    small = [torch.zeros(4) for _ in range(20)]
+    for t in small:
+        mpicomm.all_reduce(t)
+    assert len(door._VIEWS) <= door._VIEW_ENTRIES
+    big = torch.zeros((door._VIEW_BYTES // 4) + 1)
+    mpicomm.all_reduce(big)
+    assert id(big) not in door._VIEWS
+    assert all(v[1].nbytes <= door._VIEW_BYTES for v in door._VIEWS.values())
