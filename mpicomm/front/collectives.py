@@ -67,7 +67,10 @@ all_to_all = front_door("all_to_all", {"output_tensor_list": WRITE, "input_tenso
     alltoall.all_to_all
 )
 all_to_all_single = front_door(
-    "all_to_all_single", {"output": WRITE, "input": READ}, direct=direct.all_to_all_single
+    "all_to_all_single",
+    {"output": WRITE, "input": READ},
+    direct=direct.all_to_all_single,
+    pipelined=pipeline.all_to_all_single,
 )(alltoall.all_to_all_single)
 send = front_door("send", {"tensor": READ}, direct=direct.send, validated=False)(p2p.send)
 recv = front_door("recv", {"tensor": WRITE}, direct=direct.recv, validated=False)(p2p.recv)

@@ -1,7 +1,8 @@
 """Large element-wise collectives on device arrays, pipelined through two pinned host buffers.
 
-``all_reduce``, ``broadcast``, ``reduce`` and ``reduce_scatter_tensor`` of at least two chunks
-(``MPICOMM_STAGING_CHUNK``, 4 MiB by default; counted on the output of reduce_scatter_tensor) run
+``all_reduce``, ``broadcast``, ``reduce``, ``reduce_scatter_tensor`` and ``all_to_all_single`` (equal
+splits) of at least two chunks (``MPICOMM_STAGING_CHUNK``, 4 MiB by default; counted on the output of
+reduce_scatter_tensor, and per block of all_to_all_single, whose chunks take a 1 / group size share) run
 chunk by chunk: chunk ``i + 1`` is copied down while MPI works on chunk ``i``, and chunk ``i`` is
 copied up while MPI works on chunk ``i + 1``, so the copies hide behind MPI. Before a buffer is
 filled again, its previous upload must have finished (the ``freed`` events); before the first
@@ -31,17 +32,22 @@ from typing import Any
 from ..core import validation
 from ..core.groups import ProcessGroup, resolve, root_rank
 from ..core.reduce_op import ReduceOp
-from ..dense import reductions
+from ..dense import alltoall, reductions
+from .backend import backend
 from .staged import Staging
 from .staging import ChunkPlan, chunk_bytes, plan_chunks
 
-__all__ = ["all_reduce", "broadcast", "reduce", "reduce_scatter_tensor", "run_chunks"]
+__all__ = ["all_reduce", "all_to_all_single", "broadcast", "reduce", "reduce_scatter_tensor", "run_chunks"]
 
 
 def _plan(
-    x: Any, async_op: bool, group: ProcessGroup | None, fn: str
+    x: Any, async_op: bool, group: ProcessGroup | None, fn: str, parts: int = 1
 ) -> tuple[ProcessGroup, ChunkPlan] | None:
-    """The group and the chunk plan if the call is pipelined (shared facts only), else None."""
+    """The group and the chunk plan if the call is pipelined (shared facts only), else None.
+
+    ``parts``: ``x`` is cut in that many equal parts that move together, one chunk of each per step
+    (``all_to_all_single``): the plan covers one part, with chunks of ``1 / parts`` of the chunk size.
+    """
     if async_op is not False:
         return None
     try:
@@ -50,7 +56,7 @@ def _plan(
         return None  # the host code raises the error
     if g.comm is None:
         return None
-    nbytes, chunk = int(x.nbytes), chunk_bytes()
+    nbytes, chunk = int(x.nbytes) // parts, max(x.itemsize, chunk_bytes() // parts)
     if nbytes <= max(x.itemsize, chunk - chunk % x.itemsize):  # one chunk (plan_chunks' step): not pipelined
         return None
     plan = plan_chunks(nbytes, x.itemsize, chunk)
@@ -76,14 +82,17 @@ def run_chunks(
     parts: int = 1,
     down: bool = True,
     up: bool = True,
+    out_parts: int = 1,
 ) -> None:
     """Run ``step(host_in, host_out)`` chunk by chunk through two pooled host buffers.
 
-    Chunk ``c`` covers elements ``[a, b)`` of ``dst`` and, in each of ``parts`` equal parts of
-    ``src``, the same elements: part ``r`` is ``src[r * m + a : r * m + b]`` (``m = dst.size``), copied
-    into rows of ``host_in``. Chunk ``c``: download (if ``down``) on the d2h stream, ``step`` on the
-    host, upload of ``host_out`` (if ``up``) on the h2d stream; the download of chunk ``c + 1`` is
-    queued before ``step`` runs on chunk ``c``.
+    ``dst`` is cut in ``out_parts`` equal parts of ``m`` elements and ``src`` in ``parts`` parts of
+    ``m``. Chunk ``c`` covers elements ``[a, b)`` of every part: part ``r`` of ``src`` is
+    ``src[r * m + a : r * m + b]``, row ``r`` of ``host_in``; row ``r`` of ``host_out`` goes to
+    ``dst[r * m + a : r * m + b]`` (rows of ``b - a`` elements, contiguous; a single part is passed
+    as a 1-D array). Chunk ``c``: download (if ``down``) on the d2h stream, ``step`` on the host,
+    upload of ``host_out`` (if ``up``) on the h2d stream; the download of chunk ``c + 1`` is queued
+    before ``step`` runs on chunk ``c``.
 
     Args:
         stage: The call's staging (streams, backend and pool).
@@ -91,16 +100,17 @@ def run_chunks(
         src: The 1-D contiguous device array read.
         dst: The 1-D contiguous device array written (``src`` itself for the in-place calls).
         step: The host work on one chunk: ``host_in`` (``parts`` rows) and ``host_out`` (1-D).
-        parts: How many parts ``src`` has (the group size for reduce_scatter_tensor, else 1).
+        parts: How many parts ``src`` has (the group size for reduce_scatter_tensor and
+            all_to_all_single, else 1).
         down: Copy each chunk down before ``step``.
         up: Copy each chunk up after ``step``.
+        out_parts: How many parts ``dst`` has (the group size for all_to_all_single, else 1).
     """
     be, d2h, h2d = stage.be, stage.d2h, stage.h2d
-    size, m = dst.itemsize, dst.size
+    size, m = dst.itemsize, dst.size // out_parts
     same = src is dst
-    width = plan.buffer_bytes // size
     raws = [stage.pool.acquire(plan.buffer_bytes * parts) for _ in range(2)]
-    raws += [] if same else [stage.pool.acquire(plan.buffer_bytes) for _ in range(2)]
+    raws += [] if same else [stage.pool.acquire(plan.buffer_bytes * out_parts) for _ in range(2)]
     ins = [raw.view(dst.dtype) for raw in raws[:2]]
     outs = ins if same else [raw.view(dst.dtype) for raw in raws[2:]]
     freed: list[Any] = [None, None]
@@ -117,9 +127,9 @@ def run_chunks(
             if freed[c.buffer] is not None:
                 d2h.wait_event(freed[c.buffer])
             if down:
-                host = ins[c.buffer][: parts * width].reshape(parts, width)
+                host = ins[c.buffer][: parts * (b - a)].reshape(parts, b - a)
                 for r in range(parts):
-                    be.to_host(host[r, : b - a], src[r * m + a : r * m + b], d2h)
+                    be.to_host(host[r], src[r * m + a : r * m + b], d2h)
             return d2h.record()
 
         ready = start(0)
@@ -127,11 +137,12 @@ def run_chunks(
             a, b = c.start // size, c.stop // size
             nxt = start(i + 1) if i + 1 < len(plan) else None
             ready.synchronize()
-            host_in = ins[c.buffer][: parts * width].reshape(parts, width)[:, : b - a]
-            host_out = outs[c.buffer][: b - a]
-            step(host_in if parts > 1 else host_in[0], host_out)
+            host_in = ins[c.buffer][: parts * (b - a)].reshape(parts, b - a)
+            host_out = outs[c.buffer][: out_parts * (b - a)].reshape(out_parts, b - a)
+            step(host_in if parts > 1 else host_in[0], host_out if out_parts > 1 else host_out[0])
             if up:
-                be.to_device(dst[a:b], host_out, h2d)
+                for r in range(out_parts):
+                    be.to_device(dst[r * m + a : r * m + b], host_out[r], h2d)
             freed[c.buffer] = h2d.record()
             ready = nxt
         h2d.synchronize()
@@ -149,6 +160,7 @@ def _run(
     up: bool,
     out: Any = None,
     parts: int = 1,
+    out_parts: int = 1,
 ) -> None:
     """Pipeline ``tensor`` (and the separate output ``out``), strided ones through contiguous copies."""
     stage = Staging()
@@ -159,7 +171,7 @@ def _run(
         dst = src
     else:
         dst = out.reshape(-1) if out.flags.c_contiguous else be.empty(out.shape, out.dtype).reshape(-1)
-    run_chunks(stage, plan, src, dst, step, parts, down, up)
+    run_chunks(stage, plan, src, dst, step, parts, down, up, out_parts)
     if up and not target.flags.c_contiguous:
         be.copy(target, dst.reshape(target.shape), stage.h2d)
         stage.h2d.synchronize()
@@ -244,4 +256,50 @@ def reduce_scatter_tensor(
         reductions.reduce_scatter_tensor(o, h.reshape(-1) if n > 1 else h, op, group)
 
     _run(input, plan, step, down=True, up=True, out=output, parts=n)
+    return None
+
+
+def all_to_all_single(
+    output: Any,
+    input: Any,
+    output_split_sizes: Any = None,
+    input_split_sizes: Any = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+) -> Any:
+    """``all_to_all_single`` with equal splits in pipelined chunks: each step moves one chunk of every block.
+
+    Block ``j`` of the input (rows ``j * k`` to ``(j + 1) * k``, ``k`` = rows / group size) goes to
+    rank ``j``; each chunk downloads the same columns of every block, runs the host call on a
+    ``(group size, width)`` host array, and uploads each row to its block of the output. Uneven
+    splits, overlapping arguments and shapes the host code would refuse take the generic staged path.
+    """
+    fn = "all_to_all_single"
+    if output_split_sizes or input_split_sizes:
+        return NotImplemented
+    try:
+        n = resolve(group, fn).size()
+    except Exception:
+        return NotImplemented
+    if (
+        output is input
+        or input.dtype != output.dtype
+        or input.ndim == 0
+        or input.shape != output.shape
+        or input.shape[0] % n
+    ):
+        return NotImplemented  # the host code serves the call or raises its error
+    be = backend()
+    (lo_i, hi_i), (lo_o, hi_o) = be.span(input), be.span(output)
+    if lo_i < hi_o and lo_o < hi_i:
+        return NotImplemented  # overlapping memory: the staged path keeps the host code's aliasing rules
+    found = _plan(output, async_op, group, fn, parts=n)
+    if found is None:
+        return NotImplemented
+    _, plan = found
+
+    def step(h: Any, o: Any) -> None:
+        alltoall.all_to_all_single(o, h, group=group)
+
+    _run(input, plan, step, down=True, up=True, out=output, parts=n, out_parts=n)
     return None

@@ -329,3 +329,69 @@ def test_a_dropped_async_handle_gives_its_buffers_back(cp: Any) -> None:
         staged.reap()
     assert staged.pool().stats().bytes_in_use == 0
     np.testing.assert_array_equal(d.get(), x.sum(axis=0))  # the operation still completed and uploaded
+
+
+# ---- the GPU window (H200, 26 Nov 2026): all_to_all_single pipelined, block by block ----------------
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "offset", "mixed"])
+@pytest.mark.parametrize("row", [1, 3])
+def test_pipelined_all_to_all_single_matches_numpy_whatever_the_layout(
+    cp: Any, chunk4k: None, layout: str, row: int
+) -> None:
+    r, n = world()
+    rows = n * (700 // row + 1)  # float64 blocks of ~5.6 KiB: two chunks of 4 KiB / n or more each
+    x = inputs(n, rows * row).reshape(n, rows, row)
+    mine = layout if layout != "mixed" else ("strided" if r % 2 == 0 else "contiguous")
+
+    def dev(values: np.ndarray) -> Any:
+        if mine == "strided":
+            v = cp.full((values.shape[0], 2 * row), -9.0)[:, ::2]
+        elif mine == "offset":
+            v = cp.full(values.size + 5, -9.0)[5:].reshape(values.shape)
+        else:
+            v = cp.zeros(values.shape)
+        later(cp, v, values)
+        return v
+
+    out = dev(np.full((rows, row), -1.0))
+    mpicomm.all_to_all_single(out, dev(x[r]))
+    k = rows // n  # block j of rank s's input comes to rank j as block s of its output
+    want = x[:, r * k : (r + 1) * k, :].reshape(rows, row)
+    np.testing.assert_array_equal(out.get(), want)
+    assert front.PATHS["all_to_all_single", "pipelined"] == 1
+
+
+def test_all_to_all_single_pipelines_only_equal_splits_of_two_chunks(cp: Any, chunk4k: None) -> None:
+    r, n = world()
+    x = inputs(n, n * 4096)
+    small = cp.asarray(x[r][: n * 16])  # one chunk: the generic staged path
+    got = cp.zeros(n * 16)
+    mpicomm.all_to_all_single(got, small)
+    np.testing.assert_array_equal(got.get(), x[:, r * 16 : (r + 1) * 16].reshape(-1))
+    splits = [4096] * n  # explicit splits (even ones): the generic staged path too
+    big, out = cp.asarray(x[r]), cp.zeros(n * 4096)
+    mpicomm.all_to_all_single(out, big, output_split_sizes=splits, input_split_sizes=splits)
+    np.testing.assert_array_equal(out.get(), x[:, r * 4096 : (r + 1) * 4096].reshape(-1))
+    assert front.PATHS["all_to_all_single", "pipelined"] == 0
+    assert front.PATHS["all_to_all_single", "staged"] == 2
+    mpicomm.all_to_all_single(out, big)
+    np.testing.assert_array_equal(out.get(), x[:, r * 4096 : (r + 1) * 4096].reshape(-1))
+    assert front.PATHS["all_to_all_single", "pipelined"] == 1
+
+
+def test_validation_reports_host_and_device_ranks_mixed_in_a_pipelined_all_to_all(
+    cp: Any, chunk4k: None
+) -> None:
+    r, n = world()
+    if n == 1:
+        pytest.skip("a mix needs two ranks")
+    x = inputs(n, n * 4096)
+    inp = x[r].copy() if r == 0 else cp.asarray(x[r])
+    out = np.zeros(n * 4096) if r == 0 else cp.zeros(n * 4096)
+    mpicomm.set_validation(True)
+    try:
+        with pytest.raises(CrossRankMismatchError, match="all_to_all_single"):
+            mpicomm.all_to_all_single(out, inp)
+    finally:
+        mpicomm.set_validation(False)
