@@ -85,8 +85,19 @@ def all_gather(
     """
     fn = "all_gather"
     w = fast.world(group, async_op)
-    if w is not None and small.all_gather(w, tensor_list, tensor):
-        return None
+    if w is not None:
+        if small.all_gather(w, tensor_list, tensor):
+            return None
+        # Past SMALL every rank of a correct call takes the pairwise exchange below: the same messages
+        # from C, posted ~5 us sooner (at 1 MiB, MPICH's exchange pays several times any delay).
+        big = type(tensor) is np.ndarray and tensor.nbytes > small.SMALL
+        dt = _DATATYPES.get(tensor.dtype) if big else None
+        if (
+            dt is not None
+            and type(tensor_list) is list
+            and cmpi.exchange(tensor_list, [tensor] * w._size, None, ALL_GATHER, dt, w.internal) is None
+        ):
+            return None
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)

@@ -125,3 +125,27 @@ def test_large_list_reduce_scatter_receives_into_its_output_only_when_nothing_sh
     else:
         want = expected_ins.sum(axis=0)
     np.testing.assert_allclose(out, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("count", [(64 << 10) // 8 + 1, 1 << 17])
+def test_large_list_all_gather_pairwise_from_c_or_python_on_each_rank(
+    world: mpicomm.ProcessGroup, rng: Any, count: int
+) -> None:
+    """Past 64 KiB the list all_gather exchanges pairwise: from C on plain arrays, from Python on
+    rank 0's strided entries; every rank gets every rank's input, and the mistakes stay errors."""
+    w, r = world.size(), world.rank()
+    x = rng.integers(-99, 99, (w, count)).astype(np.float64)
+    if r == 0:
+        base = np.full((w, 2 * count), -1.0)
+        outs = [base[j, ::2] for j in range(w)]  # strided: the C call refuses, Python serves
+    else:
+        outs = [np.full(count, -1.0) for _ in range(w)]
+    mpicomm.all_gather(outs, x[r].copy())
+    for j in range(w):
+        np.testing.assert_array_equal(outs[j], x[j])
+    if w > 1:  # an output entry that overlaps the input: refused before any message, on every rank
+        plain = [np.empty(count) for _ in range(w)]
+        with pytest.raises(ArgumentError):
+            mpicomm.all_gather(plain, plain[(r + 1) % w])
+    with pytest.raises(ArgumentError):  # this rank's own entry of the wrong size
+        mpicomm.all_gather([np.empty(count + (j == r)) for j in range(w)], x[r].copy())
