@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _mpi
+from ..core import cmpi
 from ..core.buffers import message, recv_message
+from ..core.reduce_op import ReduceOp, is_half
 from ..core.work import Work
 
 if TYPE_CHECKING:
     from ..core.groups import ProcessGroup
 
-__all__ = ["ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER", "SCATTER", "exchange", "finish"]
+__all__ = ["ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER", "SCATTER", "exchange", "finish", "reduce_scatter_c"]
 
 # Tags of mpicomm's own messages on a group's internal communicator, one per collective.
 REDUCE_SCATTER = 1
@@ -93,3 +95,42 @@ def _run_all(posts: list[Callable[[], None]]) -> Callable[[], None]:
             post()
 
     return run
+
+
+def reduce_scatter_c(w: ProcessGroup, out: Any, ins: Any, op: Any, limit: int) -> bool:
+    """Serve a common list ``reduce_scatter`` past ``limit`` bytes with the exchange from C, or return False.
+
+    The world group, a plain op, C-contiguous numpy arrays of one dtype (not half), this rank's own
+    piece of the output's size and apart from it: the messages of the general path's pairwise
+    exchange (the first peer's piece straight into ``out``, the others into rows of a temporary),
+    posted by ``cmpi.exchange`` before any Python check of the peers' pieces (at 1 MiB, MPICH's
+    exchange pays several times any delay before the messages), then the same local reductions in
+    the same order. Where anything is unusual it returns False before any message.
+    """
+    size, rank = w._size, w._rank
+    if size < 2 or type(out) is not np.ndarray or out.nbytes <= limit or type(ins) is not list:
+        return False
+    if type(op) is not ReduceOp or not op._plain or is_half(out.dtype) or not out.flags.c_contiguous:
+        return False
+    pair = op._ops.get(out.dtype)
+    own = ins[rank] if len(ins) == size else None
+    if pair is None or type(own) is not np.ndarray or own.dtype != out.dtype or own.size != out.size:
+        return False
+    if not own.flags.c_contiguous or np.may_share_memory(own, out):
+        return False
+    dt, mop = pair
+    peers = [p for p in range(size) if p != rank]
+    rows = np.empty((size - 2, out.size), out.dtype)
+    recvs = [np.empty(0, out.dtype)] * size  # this rank's own slot: nothing received, nothing copied
+    recvs[peers[0]] = out
+    for p, row in zip(peers[1:], rows, strict=True):
+        recvs[p] = row
+    sends = list(ins)
+    sends[rank] = recvs[rank]
+    if cmpi.exchange(recvs, sends, None, REDUCE_SCATTER, dt, w.internal) is not None:
+        return False
+    flat = out.reshape(-1)
+    for row in rows:
+        mop.Reduce_local([row, dt], [flat, dt])
+    mop.Reduce_local([own.reshape(-1), dt], [flat, dt])  # MPI's predefined ops commute
+    return True

@@ -39,7 +39,7 @@ from ..core.reduce_op import ReduceOp, average, is_half, premultiply
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError
 from . import small
-from .exchange import REDUCE_SCATTER, exchange
+from .exchange import REDUCE_SCATTER, exchange, reduce_scatter_c
 from .gathers import _check_own_size
 from .half import reduce_wide
 from .sync import timed_barrier
@@ -418,7 +418,10 @@ def reduce_scatter(
     """
     fn = "reduce_scatter"
     w = fast.world(group, async_op)
-    if w is not None and small.reduce_scatter(w, output, input_list, op):
+    if w is not None and (
+        small.reduce_scatter(w, output, input_list, op)
+        or reduce_scatter_c(w, output, input_list, op, small.SMALL)
+    ):
         return None
     g = resolve(group, fn)
     if g.comm is None:

@@ -149,3 +149,36 @@ def test_large_list_all_gather_pairwise_from_c_or_python_on_each_rank(
             mpicomm.all_gather(plain, plain[(r + 1) % w])
     with pytest.raises(ArgumentError):  # this rank's own entry of the wrong size
         mpicomm.all_gather([np.empty(count + (j == r)) for j in range(w)], x[r].copy())
+
+
+@pytest.mark.parametrize("op", ["SUM", "MAX"])
+@pytest.mark.parametrize("dtype", [np.float64, np.int32])
+def test_large_list_reduce_scatter_pairwise_from_c_or_python_on_each_rank(
+    world: mpicomm.ProcessGroup, rng: Any, op: str, dtype: Any
+) -> None:
+    """Past 64 KiB the list reduce_scatter exchanges pairwise: from C on plain arrays, from Python on
+    rank 0's strided inputs and on a rank whose own piece lies in its output; all get numpy's answer."""
+    w, r = world.size(), world.rank()
+    count = (64 << 10) // np.dtype(dtype).itemsize + 3
+    x = rng.integers(-99, 99, (w, w, count)).astype(dtype)  # x[i, j]: rank i's piece for rank j
+    reduce = {"SUM": np.sum, "MAX": np.max}[op]
+    want = reduce(x[:, r], axis=0).astype(dtype)
+    if r == 0:
+        base = np.zeros((w, 2 * count), dtype)
+        base[:, ::2] = x[r]
+        ins = [base[j, ::2] for j in range(w)]  # strided: the C call refuses, Python serves
+        out = np.full(count, -1, dtype)
+    elif r == w - 1:
+        ins = [x[r, j].copy() for j in range(w)]
+        out = ins[r]  # the own piece is the output (in place): the Python path's order
+    else:
+        ins = [x[r, j].copy() for j in range(w)]
+        out = np.full(count, -1, dtype)
+    keep = [a.copy() for a in ins]
+    for _ in range(2):  # the first call of an (op, dtype) fills the op's cache; the second is the C one
+        mpicomm.reduce_scatter(out, ins, op=getattr(mpicomm.ReduceOp, op))
+        np.testing.assert_array_equal(out, want)
+        for a, b in zip(ins, keep, strict=True):
+            a[...] = b
+    with pytest.raises(ArgumentError):  # this rank's own piece of the wrong size, refused everywhere
+        mpicomm.reduce_scatter(np.empty(count, dtype), [np.empty(count + (j == r), dtype) for j in range(w)])
