@@ -52,6 +52,8 @@ _CALL_MODULES = (
 _SELF_TIMED = {"barrier": 2.0, "monitored_barrier": 2.0, "wait": 2.0}
 _LONGEST_SAMPLE = 1.0
 _SHORTEST_SAMPLE = 0.02
+#: The switch interval while the watchdog walks other threads' stacks (a walk takes microseconds).
+_WALK_INTERVAL = 1.0
 
 
 class _Dog:
@@ -201,15 +203,27 @@ def _bound_arguments(local: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sample(seen: dict[int, _Call], now: float) -> _Call | None:
-    """Update ``seen`` (thread id -> its outermost mpicomm call) and return one that is overdue."""
-    frames = sys._current_frames()
+    """Update ``seen`` (thread id -> its outermost mpicomm call) and return one that is overdue.
+
+    The walk up other threads' stacks must not let those threads run: one that pops the frames
+    being walked (a call returning, a thread ending) can leave ``f_back`` pointing at freed memory
+    in CPython 3.11, which crashed a process once (CI, 26 Nov 2026). So the stacks are read with a
+    switch interval long enough that no thread takes the GIL during the walk (restored at once),
+    and only threads that :mod:`threading` still counts as running are walked. The bounds, which
+    read a call's arguments, are worked out after the walk.
+    """
     me = threading.get_ident()
-    for ident in [i for i in seen if i not in frames]:
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(_WALK_INTERVAL)
+    try:
+        frames = sys._current_frames()
+        running = dict(getattr(threading, "_active", frames))  # a C-level copy: no lock, no switch
+        found = {i: _outermost(top) for i, top in frames.items() if i != me and i in running}
+    finally:
+        sys.setswitchinterval(interval)
+    for ident in [i for i in seen if i not in found]:
         del seen[ident]
-    for ident, top in frames.items():
-        if ident == me:
-            continue
-        frame = _outermost(top)
+    for ident, frame in found.items():
         old = seen.get(ident)
         if frame is None:
             seen.pop(ident, None)

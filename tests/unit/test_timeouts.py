@@ -163,3 +163,42 @@ def test_a_bad_mpicomm_timeout_is_refused_by_name(monkeypatch, text):
     monkeypatch.setenv("MPICOMM_TIMEOUT", text)
     with pytest.raises(mpicomm.ArgumentError, match=r"MPICOMM_TIMEOUT is .*expected seconds >= 0"):
         watchdog.default_timeout()
+
+
+def test_a_sample_finds_a_blocked_call_on_another_thread_and_restores_the_switch_interval():
+    """The walk of other threads' stacks runs under a long switch interval, restored after it."""
+    import sys
+    import threading
+    import time
+
+    from mpicomm.core import watchdog
+    from mpicomm.front import door
+
+    release = threading.Event()
+    # A frame of an mpicomm module (the front door's _cpu_numpy) on another thread, held there.
+    blocked = threading.Thread(target=lambda: door._cpu_numpy(_Waiter(release)), daemon=True)
+    blocked.start()
+    time.sleep(0.05)
+    before = sys.getswitchinterval()
+    seen: dict = {}
+    try:
+        assert watchdog._sample(seen, time.monotonic()) is None
+        assert sys.getswitchinterval() == before
+        assert [c.name for c in seen.values()] == ["_cpu_numpy"]
+    finally:
+        release.set()
+        blocked.join(5)
+    watchdog._sample(seen, time.monotonic())
+    assert seen == {}  # the call returned and the thread ended: nothing is kept
+
+
+class _Waiter:
+    """An object whose ``is_cuda`` blocks until released (it stands in the mpicomm frame's way)."""
+
+    def __init__(self, release):
+        self.release = release
+
+    @property
+    def is_cuda(self):
+        self.release.wait(5)
+        return True
