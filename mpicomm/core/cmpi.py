@@ -25,7 +25,8 @@ so ranks on either path match):
   ``MPI_Reduce_scatter_block``;
 * ``gather_list(x, outs, root, dt, c, limit)``: ``MPI_Gatherv`` (``outs`` None off the root);
 * ``exchange(recvs, sends, out, tag, dt, c)``: one ``MPI_Irecv`` and ``MPI_Isend`` per peer, the
-  own entry copied, then ``MPI_Waitall``.
+  own entry copied, then ``MPI_Waitall`` (``all_to_all``, ``scatter``'s root, and ``all_gather`` and
+  ``reduce_scatter`` past 64 KiB; an empty own entry copies nothing).
 
 No buffer that is written may share memory with another, or the function returns ``NotImplemented``.
 
