@@ -3,10 +3,12 @@
 MPI cannot interrupt a blocking call (``MPI_Allreduce`` waits for every rank, however long), and
 polling a non-blocking one instead would cost the small-call fast paths. So mpicomm bounds blocking
 calls from outside, as torch's NCCL watchdog does: a daemon thread, started by :func:`mpicomm.init`,
-samples every thread's Python stack (``sys._current_frames()``) every tenth of the shortest timeout
-(at most once a second). When the same public mpicomm call (the same frame object) has been on a
-thread's stack for longer than its bound, it writes what is blocked where (call, group, ranks,
-timeout, the caller's line) to stderr and aborts the MPI job.
+samples every thread's top Python frame (``sys._current_frames()``) every tenth of the shortest
+timeout (at most once a second). A thread whose top frame is the same mpicomm frame at two samples
+in a row is blocked in a call (inside MPI, or polling); its stack is then walked once to the public
+call. When that thread has stayed in that frame for longer than the call's bound, the watchdog
+writes what is blocked where (call, group, ranks, timeout, the caller's line) to stderr and aborts
+the MPI job.
 
 The bound of a call is its group's timeout (``init_process_group(timeout=)``,
 ``new_group(timeout=)``; torch's default, 30 minutes, for a group made without one, or
@@ -23,6 +25,7 @@ so the arguments of a call that just returned may outlive it by that long.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
@@ -52,8 +55,6 @@ _CALL_MODULES = (
 _SELF_TIMED = {"barrier": 2.0, "monitored_barrier": 2.0, "wait": 2.0}
 _LONGEST_SAMPLE = 1.0
 _SHORTEST_SAMPLE = 0.02
-#: The switch interval while the watchdog walks other threads' stacks (a walk takes microseconds).
-_WALK_INTERVAL = 1.0
 
 
 class _Dog:
@@ -62,6 +63,7 @@ class _Dog:
     group_type: Any = None  # mpicomm.core.groups.ProcessGroup
     default: float | None = DEFAULT_TIMEOUT
     own: dict[Any, bool] = {}  # noqa: RUF012 - code object -> whether it is an mpicomm call
+    tops: dict[int, tuple[Any, float]] = {}  # noqa: RUF012 - thread id -> (its mpicomm top frame, since)
 
 
 def default_timeout() -> float | None:
@@ -129,10 +131,11 @@ def _interval() -> float:
 class _Call:
     """One public call seen on a thread's stack: its frame, when first seen, and (later) its bound."""
 
-    __slots__ = ("frame", "group", "known", "limit", "name", "since", "source")
+    __slots__ = ("frame", "group", "known", "limit", "name", "since", "source", "top")
 
-    def __init__(self, frame: FrameType, since: float) -> None:
+    def __init__(self, frame: FrameType, since: float, top: FrameType | None = None) -> None:
         self.frame = frame
+        self.top = top if top is not None else frame  # the thread's top frame, blocked in this call
         self.since = since
         self.limit: float | None = None
         self.name = frame.f_code.co_name
@@ -203,50 +206,67 @@ def _bound_arguments(local: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sample(seen: dict[int, _Call], now: float) -> _Call | None:
-    """Update ``seen`` (thread id -> its outermost mpicomm call) and return one that is overdue.
+    """Update ``seen`` (thread id -> the call it is blocked in) and return one that is overdue.
 
-    The walk up other threads' stacks must not let those threads run: one that pops the frames
-    being walked (a call returning, a thread ending) can leave ``f_back`` pointing at freed memory
-    in CPython 3.11, which crashed a process once (CI, 26 Nov 2026). So the stacks are read with a
-    switch interval long enough that no thread takes the GIL during the walk (restored at once),
-    and only threads that :mod:`threading` still counts as running are walked. The bounds, which
-    read a call's arguments, are worked out after the walk.
+    Only each thread's top frame is read on every sample. A thread is blocked in a call when the
+    same mpicomm frame object is its top frame at two samples in a row (a thread inside MPI, or
+    polling, stays in one Python frame); only then is its stack walked up to the public call, whose
+    arguments give the bound. Walking the stacks of running threads on every sample, as this did
+    before, segfaulted twice in CI (CPython 3.11: ``f_back`` of a frame another thread popped while
+    the walk let it run); a blocked thread's frames do not move while it is walked, and garbage
+    collection, which could let another thread run mid-walk, is held off during the walk.
     """
+    frames = sys._current_frames()
     me = threading.get_ident()
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(_WALK_INTERVAL)
-    try:
-        frames = sys._current_frames()
-        running = dict(getattr(threading, "_active", frames))  # a C-level copy: no lock, no switch
-        found = {i: _outermost(top) for i, top in frames.items() if i != me and i in running}
-    finally:
-        sys.setswitchinterval(interval)
-    for ident in [i for i in seen if i not in found]:
+    tops, _Dog.tops = _Dog.tops, {}
+    for ident, top in frames.items():
+        if ident == me or not _is_own(top):
+            continue
+        _Dog.tops[ident] = (top, tops[ident][1] if ident in tops and tops[ident][0] is top else now)
+    for ident in [i for i in seen if i not in _Dog.tops or _Dog.tops[i][0] is not seen[i].top]:
         del seen[ident]
-    for ident, frame in found.items():
+    for ident, (top, since) in _Dog.tops.items():
+        if since == now:
+            continue  # a new top frame: the thread is running, or has just called in
         old = seen.get(ident)
-        if frame is None:
-            seen.pop(ident, None)
-        elif old is None or old.frame is not frame:
-            seen[ident] = _Call(frame, now)
+        if old is None:
+            frame = _walk(top)
+            if frame is not None:
+                seen[ident] = _Call(frame, since, top)
         elif now - old.since > old.bound():
             return old
     return None
+
+
+def _walk(top: FrameType) -> FrameType | None:
+    """:func:`_outermost` of a blocked thread's stack, with garbage collection held off."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _outermost(top)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _is_own(frame: FrameType) -> bool:
+    """Whether ``frame`` runs mpicomm code (cached by code object)."""
+    code = frame.f_code
+    own = _Dog.own.get(code)
+    if own is None:
+        name = frame.f_globals.get("__name__", "")
+        own = code.co_filename.startswith("<front door:") or (
+            isinstance(name, str) and name.startswith(_CALL_MODULES) and name != __name__
+        )
+        _Dog.own[code] = own
+    return own
 
 
 def _outermost(frame: FrameType | None) -> FrameType | None:
     """The outermost frame of the stack that is an mpicomm call, or None."""
     found = None
     while frame is not None:
-        code = frame.f_code
-        own = _Dog.own.get(code)
-        if own is None:
-            name = frame.f_globals.get("__name__", "")
-            own = code.co_filename.startswith("<front door:") or (
-                isinstance(name, str) and name.startswith(_CALL_MODULES) and name != __name__
-            )
-            _Dog.own[code] = own
-        if own:
+        if _is_own(frame):
             found = frame
         frame = frame.f_back
     return found

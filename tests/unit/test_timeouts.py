@@ -165,40 +165,32 @@ def test_a_bad_mpicomm_timeout_is_refused_by_name(monkeypatch, text):
         watchdog.default_timeout()
 
 
-def test_a_sample_finds_a_blocked_call_on_another_thread_and_restores_the_switch_interval():
-    """The walk of other threads' stacks runs under a long switch interval, restored after it."""
-    import sys
+def test_a_sample_walks_only_a_thread_blocked_in_one_mpicomm_frame():
+    """A thread whose top frame is the same mpicomm frame at two samples is blocked: its call is timed.
+
+    The frame stands for an mpicomm function waiting inside C (as in an MPI call): a function made
+    with an mpicomm module name, blocked on a lock.
+    """
     import threading
     import time
 
     from mpicomm.core import watchdog
-    from mpicomm.front import door
 
-    release = threading.Event()
-    # A frame of an mpicomm module (the front door's _cpu_numpy) on another thread, held there.
-    blocked = threading.Thread(target=lambda: door._cpu_numpy(_Waiter(release)), daemon=True)
-    blocked.start()
+    lock = threading.Lock()
+    lock.acquire()
+    env = {"__name__": "mpicomm.dense.stand_in", "lock": lock}
+    exec("def blocked():\n    lock.acquire(timeout=5)\n", env)
+    thread = threading.Thread(target=env["blocked"], daemon=True)
+    thread.start()
     time.sleep(0.05)
-    before = sys.getswitchinterval()
     seen: dict = {}
     try:
-        assert watchdog._sample(seen, time.monotonic()) is None
-        assert sys.getswitchinterval() == before
-        assert [c.name for c in seen.values()] == ["_cpu_numpy"]
+        assert watchdog._sample(seen, 1.0) is None
+        assert seen == {}  # one sample: the thread may be running
+        assert watchdog._sample(seen, 2.0) is None
+        assert [(c.name, c.since) for c in seen.values()] == [("blocked", 1.0)]
     finally:
-        release.set()
-        blocked.join(5)
-    watchdog._sample(seen, time.monotonic())
+        lock.release()
+        thread.join(5)
+    watchdog._sample(seen, 3.0)
     assert seen == {}  # the call returned and the thread ended: nothing is kept
-
-
-class _Waiter:
-    """An object whose ``is_cuda`` blocks until released (it stands in the mpicomm frame's way)."""
-
-    def __init__(self, release):
-        self.release = release
-
-    @property
-    def is_cuda(self):
-        self.release.wait(5)
-        return True
