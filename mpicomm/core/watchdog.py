@@ -37,7 +37,7 @@ from typing import Any
 from .. import _mpi
 from ..errors import ArgumentError
 
-__all__ = ["DEFAULT_TIMEOUT", "default_timeout", "start"]
+__all__ = ["DEFAULT_TIMEOUT", "default_timeout", "forget", "start"]
 
 #: torch's default process-group timeout, in seconds.
 DEFAULT_TIMEOUT = 1800.0
@@ -64,6 +64,7 @@ class _Dog:
     default: float | None = DEFAULT_TIMEOUT
     own: dict[Any, bool] = {}  # noqa: RUF012 - code object -> whether it is an mpicomm call
     tops: dict[int, tuple[Any, float]] = {}  # noqa: RUF012 - thread id -> (its mpicomm top frame, since)
+    seen: dict[int, Any] = {}  # noqa: RUF012 - thread id -> the _Call it is blocked in
 
 
 def default_timeout() -> float | None:
@@ -107,16 +108,26 @@ def start(state: Any, group_type: type) -> None:
 
 
 def _run() -> None:
-    seen: dict[int, _Call] = {}
+    seen = _Dog.seen
     while True:
         try:
             time.sleep(_interval())
             late = _sample(seen, time.monotonic())
         except Exception:  # never let a fault of the watchdog itself end the job (the abort hook)
-            seen.clear()
+            forget()
             continue
         if late is not None:
             _fire(late)
+
+
+def forget() -> None:
+    """Drop every frame the watchdog holds (it holds each until its next sample, at most a second).
+
+    For tests that check that a call's arrays or a dropped ``Work`` are freed as soon as the call
+    returns: the frames the watchdog last saw keep their locals alive until it samples again.
+    """
+    _Dog.seen.clear()
+    _Dog.tops.clear()
 
 
 def _interval() -> float:

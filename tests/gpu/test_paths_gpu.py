@@ -13,6 +13,7 @@ byte counts) stay CPU-only.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import types
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mpicomm.core import watchdog
 from mpicomm.gpu import cuda_aware, staged
 
 HERE = Path(__file__).resolve().parent
@@ -114,6 +116,8 @@ def cp(fake: Any, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureReques
         testing.use_staged(monkeypatch)
     yield fake
     fake._fake.drain()
+    watchdog.forget()  # the frames it last saw would keep a dropped Work alive until its next sample
+    gc.collect()
     staged.reap()
     assert staged.pool().stats().bytes_in_use == 0
     cuda_aware.reset_cuda_awareness()
