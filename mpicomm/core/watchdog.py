@@ -144,9 +144,9 @@ class _Call:
 
     __slots__ = ("frame", "group", "known", "limit", "name", "since", "source", "top")
 
-    def __init__(self, frame: FrameType, since: float, top: FrameType | None = None) -> None:
+    def __init__(self, frame: FrameType, since: float, top: FrameType) -> None:
         self.frame = frame
-        self.top = top if top is not None else frame  # the thread's top frame, blocked in this call
+        self.top = top  # the thread's top frame, blocked in this call
         self.since = since
         self.limit: float | None = None
         self.name = frame.f_code.co_name

@@ -216,7 +216,7 @@ class _Plan:
             value = values[pos]
             kind = _KINDS.get(type(value))
             if kind is kinds.TORCH:  # the common case first: a plain CPU tensor
-                view = _cpu_numpy(value)
+                view = kinds.cpu_numpy(value)
                 if view is None:
                     view = self._view(value, arg, role != READ, seen)
                     device = device or kinds.kind_of(view) == kinds.CUPY
@@ -275,16 +275,6 @@ def _torch_numpy(t: Any) -> np.ndarray:
             _VIEWS.pop(next(iter(_VIEWS)), None)  # the oldest entry
         _VIEWS[id(t)] = (t, view, t.data_ptr(), t.shape, t.stride(), t.dtype)
     return view
-
-
-def _cpu_numpy(t: Any) -> Any:
-    """A CPU tensor's numpy view, or None (a CUDA tensor's numpy() is not asked: its refusal costs ~10 us)."""
-    if t.is_cuda:
-        return None
-    try:
-        return t.numpy()
-    except (RuntimeError, TypeError):
-        return None
 
 
 def _all_numpy(value: Any) -> bool:

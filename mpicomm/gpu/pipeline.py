@@ -33,9 +33,9 @@ from ..core import validation
 from ..core.groups import ProcessGroup, resolve, root_rank
 from ..core.reduce_op import ReduceOp
 from ..dense import alltoall, reductions
-from .backend import backend
+from .direct import _overlap
 from .staged import Staging
-from .staging import ChunkPlan, chunk_bytes, plan_chunks
+from .staging import ChunkPlan, chunk_bytes, chunk_step, plan_chunks
 
 __all__ = ["all_reduce", "all_to_all_single", "broadcast", "reduce", "reduce_scatter_tensor", "run_chunks"]
 
@@ -57,7 +57,7 @@ def _plan(
     if g.comm is None:
         return None
     nbytes, chunk = int(x.nbytes) // parts, max(x.itemsize, chunk_bytes() // parts)
-    if nbytes <= max(x.itemsize, chunk - chunk % x.itemsize):  # one chunk (plan_chunks' step): not pipelined
+    if nbytes <= chunk_step(x.itemsize, chunk):  # one chunk: not pipelined
         return None
     plan = plan_chunks(nbytes, x.itemsize, chunk)
     if validation._Flag.on:  # a host-array rank's record differs: the mix is one error everywhere
@@ -289,9 +289,7 @@ def all_to_all_single(
         or input.shape[0] % n
     ):
         return NotImplemented  # the host code serves the call or raises its error
-    be = backend()
-    (lo_i, hi_i), (lo_o, hi_o) = be.span(input), be.span(output)
-    if lo_i < hi_o and lo_o < hi_i:
+    if _overlap(input, output):
         return NotImplemented  # overlapping memory: the staged path keeps the host code's aliasing rules
     found = _plan(output, async_op, group, fn, parts=n)
     if found is None:

@@ -34,6 +34,7 @@ __all__ = [
     "HostBufferPool",
     "PoolStats",
     "chunk_bytes",
+    "chunk_step",
     "numpy_allocator",
     "pinned_allocator",
     "plan_chunks",
@@ -392,6 +393,17 @@ def chunk_bytes(env: Mapping[str, str] | None = None) -> int:
     return value
 
 
+def chunk_step(itemsize: int, chunk: int) -> int:
+    """The length of a full chunk: ``chunk`` bytes rounded down to whole elements, at least one element.
+
+    Example:
+        >>> from mpicomm.gpu.staging import chunk_step
+        >>> chunk_step(8, 30), chunk_step(8, 4)
+        (24, 8)
+    """
+    return max(int(itemsize), int(chunk) - int(chunk) % int(itemsize))
+
+
 def plan_chunks(nbytes: int, itemsize: int = 1, chunk: int | None = None, buffers: int = 2) -> ChunkPlan:
     """Cut a message of ``nbytes`` into chunks of about ``chunk`` bytes that hold whole elements.
 
@@ -428,7 +440,7 @@ def plan_chunks(nbytes: int, itemsize: int = 1, chunk: int | None = None, buffer
         if value is not None and value < 1:
             raise ArgumentError(f"{fn}: {name} is {value}; expected 1 or more")
     target = chunk_bytes() if chunk is None else int(chunk)
-    step = max(int(itemsize), target - target % int(itemsize))
+    step = chunk_step(itemsize, target)
     if nbytes % itemsize:
         raise ArgumentError(
             f"{fn}: nbytes is {nbytes}, which is not a multiple of itemsize {itemsize}; "

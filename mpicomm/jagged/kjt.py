@@ -378,7 +378,6 @@ class KJTAllToAll:
             recv_l, recv_v = into[0], into[1]
         posts = []  # (send, receive) of each Alltoallw
         local: list[tuple[Any, ...]] = [(vals, sent.mine, vt, recv_v, value_types)]
-        lens = None
         if not recv.inline:
             lens = send_view(kja._lengths)
             row_types = recv.row_types(lay, lt)
