@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -248,14 +249,29 @@ class _Plan:
         return v
 
 
-#: Small CPU tensors' numpy views, by the tensor's id, with the pointer, shape, strides and dtype they
-#: were made for: a hit costs ~0.2 us less than ``tensor.numpy()`` (~0.55 us). An entry holds its
-#: tensor, so no other tensor can take its id while it is kept; at most 8 entries, of at most 64 KiB
-#: each, are kept (no large memory is held). Any change of the tensor's memory or layout (``resize_``,
-#: ``set_``, ``transpose_``, ``.data =``) changes one of the four, and the view is made again.
-_VIEWS: dict[int, tuple[Any, np.ndarray, int, Any, Any, Any]] = {}
-_VIEW_BYTES = 64 << 10
+#: CPU tensors' numpy views, by the tensor's id, with the pointer, shape, strides and dtype they were
+#: made for: a hit costs ~0.2 us where ``tensor.numpy()`` costs ~0.55 us, and at 1 MiB and up MPICH's
+#: shared-memory exchange turns that half microsecond before the call into 5-40 us per call (see
+#: docs/benchmarks.rst). An entry holds its tensor weakly and leaves when the tensor dies, so no other
+#: tensor can be served it under a reused id and no dead tensor's memory is held; at most 8 entries are
+#: kept. Any change of the tensor's memory or layout (``resize_``, ``set_``, ``transpose_``,
+#: ``.data =``) changes one of the four, and the view is made again.
+_VIEWS: dict[int, tuple[_Ref, np.ndarray, int, Any, Any, Any]] = {}
 _VIEW_ENTRIES = 8
+
+
+class _Ref(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference to a cached tensor that knows its :data:`_VIEWS` key."""
+
+    __slots__ = ("key",)
+    key: int
+
+
+def _forget(ref: _Ref) -> None:
+    """The tensor of ``ref`` died: drop its entry (unless a newer one took the key)."""
+    entry = _VIEWS.get(ref.key)
+    if entry is not None and entry[0] is ref:
+        del _VIEWS[ref.key]
 
 
 def _cached_view(a: str) -> list[str]:
@@ -268,12 +284,14 @@ def _cached_view(a: str) -> list[str]:
 
 
 def _torch_numpy(t: Any) -> np.ndarray:
-    """``t.numpy()`` (raises as it does), kept in :data:`_VIEWS` when at most 64 KiB."""
+    """``t.numpy()`` (raises as it does), kept in :data:`_VIEWS`."""
     view: np.ndarray = t.numpy()
-    if view.nbytes <= _VIEW_BYTES:
-        if len(_VIEWS) >= _VIEW_ENTRIES:
-            _VIEWS.pop(next(iter(_VIEWS)), None)  # the oldest entry
-        _VIEWS[id(t)] = (t, view, t.data_ptr(), t.shape, t.stride(), t.dtype)
+    key = id(t)
+    if key not in _VIEWS and len(_VIEWS) >= _VIEW_ENTRIES:
+        _VIEWS.pop(next(iter(_VIEWS)), None)  # the oldest entry
+    ref = _Ref(t, _forget)
+    ref.key = key
+    _VIEWS[key] = (ref, view, t.data_ptr(), t.shape, t.stride(), t.dtype)
     return view
 
 
