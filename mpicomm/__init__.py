@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+from .core.arrays import Array
 from .core.backend import Backend, BackendWarning, reduce_op
 from .core.debug import DebugLevel, get_debug_level, set_debug_level, set_debug_level_from_env
 from .core.future import Future
@@ -106,6 +107,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentError",
+    "Array",
     "ArgumentTypeError",
     "Backend",
     "BackendWarning",

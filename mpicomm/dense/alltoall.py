@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..core import cmpi, fast, validation
+from ..core.arrays import Array
 from ..core.buffers import (
     _DATATYPES,
     as_int_list,
@@ -35,8 +36,8 @@ _Flag = validation._Flag
 
 
 def all_to_all(
-    output_tensor_list: list[np.ndarray],
-    input_tensor_list: list[np.ndarray],
+    output_tensor_list: list[Array],
+    input_tensor_list: list[Array],
     group: ProcessGroup | None = None,
     async_op: bool = False,
 ) -> Work | None:
@@ -109,8 +110,8 @@ def all_to_all(
 
 
 def all_to_all_single(
-    output: np.ndarray,
-    input: np.ndarray,
+    output: Array,
+    input: Array,
     output_split_sizes: Sequence[int] | None = None,
     input_split_sizes: Sequence[int] | None = None,
     group: ProcessGroup | None = None,

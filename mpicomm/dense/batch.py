@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
+from ..core.arrays import Array
 from ..core.buffers import check_array, check_output, datatype, send_view
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
@@ -48,7 +49,7 @@ class P2POp:
     def __init__(
         self,
         op: Callable[..., Any],
-        tensor: np.ndarray,
+        tensor: Array,
         peer: int | None = None,
         group: ProcessGroup | None = None,
         tag: int = 0,

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core import cmpi, fast, validation
+from ..core.arrays import Array
 from ..core.buffers import (
     _DATATYPES,
     address,
@@ -41,8 +42,8 @@ _Flag = validation._Flag
 
 
 def all_gather(
-    tensor_list: list[np.ndarray],
-    tensor: np.ndarray,
+    tensor_list: list[Array],
+    tensor: Array,
     group: ProcessGroup | None = None,
     async_op: bool = False,
 ) -> Work | None:
@@ -117,7 +118,7 @@ def all_gather(
     me = g.rank()
     peers = [p for p in range(g.size()) if p != me]
     posts: list[Any] = []
-    requests = exchange(g, {p: outs[p] for p in peers}, dict.fromkeys(peers, tensor), ALL_GATHER, posts)
+    requests = exchange(g, {p: outs[p] for p in peers}, {p: tensor for p in peers}, ALL_GATHER, posts)
     copy_own(outs[me], tensor)
     return finish(requests, async_op, (tensor, outs), outs, posts, fn)
 
@@ -131,8 +132,8 @@ def _check_own_size(out: np.ndarray, inp: np.ndarray, fn: str, arg: str, rank: i
 
 
 def all_gather_into_tensor(
-    output_tensor: np.ndarray,
-    input_tensor: np.ndarray,
+    output_tensor: Array,
+    input_tensor: Array,
     group: ProcessGroup | None = None,
     async_op: bool = False,
 ) -> Work | None:
@@ -272,8 +273,8 @@ def _addresses(x: np.ndarray, start: int, count: int) -> np.ndarray:
 
 
 def gather(
-    tensor: np.ndarray,
-    gather_list: list[np.ndarray] | None = None,
+    tensor: Array,
+    gather_list: list[Array] | None = None,
     dst: int | None = None,
     group: ProcessGroup | None = None,
     async_op: bool = False,
@@ -360,8 +361,8 @@ def _root_list(
 
 
 def scatter(
-    tensor: np.ndarray,
-    scatter_list: list[np.ndarray] | None = None,
+    tensor: Array,
+    scatter_list: list[Array] | None = None,
     src: int | None = None,
     group: ProcessGroup | None = None,
     async_op: bool = False,

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core import cmpi, fast, validation
+from ..core.arrays import Array
 from ..core.buffers import _DATATYPES, check_array, check_disjoint, check_output, message, recv_message
 from ..core.groups import ProcessGroup, _State, resolve, root_rank, warn_non_member
 from ..core.work import Work
@@ -57,7 +58,7 @@ class _TagBound:
 
 
 def send(
-    tensor: np.ndarray,
+    tensor: Array,
     dst: int | None = None,
     group: ProcessGroup | None = None,
     tag: int = 0,
@@ -105,7 +106,7 @@ def send(
 
 
 def recv(
-    tensor: np.ndarray,
+    tensor: Array,
     src: int | None = None,
     group: ProcessGroup | None = None,
     tag: int = 0,
@@ -163,7 +164,7 @@ def recv(
 
 
 def isend(
-    tensor: np.ndarray,
+    tensor: Array,
     dst: int | None = None,
     group: ProcessGroup | None = None,
     tag: int = 0,
@@ -198,7 +199,7 @@ def isend(
 
 
 def irecv(
-    tensor: np.ndarray,
+    tensor: Array,
     src: int | None = None,
     group: ProcessGroup | None = None,
     tag: int = 0,
@@ -245,8 +246,8 @@ def irecv(
 
 
 def sendrecv(
-    tensor: np.ndarray,
-    recv_tensor: np.ndarray,
+    tensor: Array,
+    recv_tensor: Array,
     dst: int | None = None,
     src: int | None = None,
     group: ProcessGroup | None = None,

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core import cmpi, fast, validation
+from ..core.arrays import Array
 from ..core.buffers import (
     _DATATYPES,
     check_array,
@@ -65,7 +66,7 @@ def _post_average(op: ReduceOp, x: np.ndarray, size: int) -> Callable[[], None] 
 
 
 def all_reduce(
-    tensor: np.ndarray,
+    tensor: Array,
     op: ReduceOp = _SUM,
     group: ProcessGroup | None = None,
     async_op: bool = False,
@@ -179,7 +180,7 @@ def _bad_op(op: object, fn: str) -> None:
 
 
 def reduce(
-    tensor: np.ndarray,
+    tensor: Array,
     dst: int | None = None,
     op: ReduceOp = _SUM,
     group: ProcessGroup | None = None,
@@ -263,7 +264,7 @@ def reduce(
 
 
 def broadcast(
-    tensor: np.ndarray,
+    tensor: Array,
     src: int | None = None,
     group: ProcessGroup | None = None,
     async_op: bool = False,
@@ -374,8 +375,8 @@ def barrier(
 
 
 def reduce_scatter(
-    output: np.ndarray,
-    input_list: list[np.ndarray],
+    output: Array,
+    input_list: list[Array],
     op: ReduceOp = _SUM,
     group: ProcessGroup | None = None,
     async_op: bool = False,
@@ -495,8 +496,8 @@ def _reduce_scatter_pairwise(
 
 
 def reduce_scatter_tensor(
-    output: np.ndarray,
-    input: np.ndarray,
+    output: Array,
+    input: Array,
     op: ReduceOp = _SUM,
     group: ProcessGroup | None = None,
     async_op: bool = False,

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _mpi
 from ..core import validation
+from ..core.arrays import Array
 from ..core.buffers import as_int_list, datatype, displacements, row_size
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
@@ -37,14 +38,14 @@ __all__ = ["JaggedResult", "jagged_all_to_all", "jagged_all_to_all_direct"]
 class JaggedResult(NamedTuple):
     """What :func:`jagged_all_to_all` received: source 0's rows first, then source 1's, and so on."""
 
-    lengths: np.ndarray
-    values: np.ndarray
+    lengths: Array
+    values: Array
     splits: list[int]
 
 
 def jagged_all_to_all(
-    values: np.ndarray,
-    lengths: np.ndarray,
+    values: Array,
+    lengths: Array,
     send_splits: Sequence[int],
     group: ProcessGroup | None = None,
     async_op: bool = False,
