@@ -55,6 +55,7 @@ nitpick_ignore = [
         "mpicomm.jagged.keyed_ops.KeyedOps",  # KeyedJaggedArray's private base class of torchrec methods
         "datetime.timedelta",
         "mpicomm.front.door.F",
+        "mpicomm.front.jagged._F",  # the type variable of the front KeyedJaggedArray's derived arrays
         # the host classes under the public KeyedJaggedArray, KJTAllToAll and its awaitable
         "mpicomm.jagged.keyed.KeyedJaggedArray",
         "mpicomm.jagged.kjt.KJTAllToAll",

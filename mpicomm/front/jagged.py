@@ -4,8 +4,11 @@ The classes of :mod:`mpicomm.jagged` work on numpy or cupy arrays. These subclas
 tensors (CPU or CUDA) and any array kind the front door views (:mod:`mpicomm.front.kinds`) for
 values, lengths, offsets and weights, keep zero-copy numpy or cupy views of them inside, and answer
 in the caller's kind: a KeyedJaggedArray built from torch tensors gives torch tensors from
-``values()``, ``lengths()``, ``offsets()`` and ``weights()``, and the KeyedJaggedArray that
-:class:`KJTAllToAll` returns for it does too (torch CUDA in, torch CUDA out).
+``values()``, ``lengths()``, ``offsets()`` and ``weights()``, and so does every object derived
+from it: ``kja["key"]`` and ``to_dict()`` (a :class:`JaggedArray` whose rows are torch tensors),
+``split``, ``permute``, ``concat``, ``empty_like`` and the KeyedJaggedArray that
+:class:`KJTAllToAll` returns for it (torch CUDA in, torch CUDA out). Arrays built from numpy take
+the host classes' paths as they are: one ``None`` check more per call.
 
 Device arrays take one of two paths (:data:`mpicomm.front.device.PATHS` counts them):
 
@@ -26,22 +29,29 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.groups import ProcessGroup
 from ..gpu.backend import backend
 from ..gpu.cuda_aware import cuda_awareness
 from ..gpu.staged import StagedWork, Staging
-from ..jagged import exchange, keyed, kjt
-from ..jagged.device import is_device, namespace, segment_index
+from ..jagged import exchange, jagged_array, keyed, keyed_ops, kjt
+from ..jagged.device import is_device, namespace, segment_index, to_host
 from ..objects.devbufs import CudaBuffer
 from . import kinds
 from .device import PATHS
 
-__all__ = ["KJTAllToAll", "KJTAllToAllAwaitable", "KeyedJaggedArray", "jagged_all_to_all_direct"]
+__all__ = [
+    "JaggedArray",
+    "KJTAllToAll",
+    "KJTAllToAllAwaitable",
+    "KeyedJaggedArray",
+    "jagged_all_to_all_direct",
+]
 
 _NAME = "KeyedJaggedArray"
 _FN = "KJTAllToAll"
+_F = TypeVar("_F", bound="KeyedJaggedArray")
 
 
 def _array(x: Any, arg: str) -> Any:
@@ -55,8 +65,83 @@ def _array(x: Any, arg: str) -> Any:
     return view
 
 
+def _heir(model: Any, values: Any) -> Any:
+    """The model of a new array that copied its values from an array built on ``model`` (not None).
+
+    Its own values in the caller's kind (one zero-copy view), so that the copy does not keep the
+    caller's tensor alive. Arrays that view their parent's memory take the parent's model itself.
+    """
+    return kinds.like(values, model)
+
+
+class JaggedArray(jagged_array.JaggedArray):
+    """One key's rows of a KeyedJaggedArray built from torch tensors, answering in torch.
+
+    What ``kja["key"]`` and ``kja.to_dict()`` give for such an array: the host class over the same
+    numpy (or cupy) views, whose accessors, rows and ``to_dense()`` are torch tensors (zero-copy).
+    A KeyedJaggedArray built from numpy gives the host :class:`mpicomm.JaggedArray` itself.
+
+    Args:
+        values: The concatenated rows (a numpy or cupy array).
+        lengths: One length per row.
+        weights: Optional per-value weights.
+        model: The caller's array whose kind the accessors answer in (None: as they are).
+
+    Example:
+        >>> import torch, mpicomm
+        >>> kja = mpicomm.KeyedJaggedArray(["A"], torch.arange(3.0), lengths=torch.tensor([2, 1]))
+        >>> ja = kja["A"]
+        >>> ja.lengths(), ja[1], ja.to_dense()
+        (tensor([2, 1]), tensor([2.]), [tensor([0., 1.]), tensor([2.])])
+    """
+
+    __slots__ = ("_model",)
+
+    def __init__(self, values: Any, lengths: Any, weights: Any = None, model: Any = None) -> None:
+        super().__init__(values, lengths, weights)
+        self._model = model
+
+    def _answer(self, x: Any) -> Any:
+        return x if x is None else kinds.like(x, self._model)
+
+    def values(self) -> Any:
+        """The concatenated rows (a view of the KeyedJaggedArray's values, in the caller's kind)."""
+        return self._answer(super().values())
+
+    def lengths(self) -> Any:
+        """One length per row (in the caller's kind)."""
+        return self._answer(super().lengths())
+
+    def offsets(self) -> Any:
+        """``[0] + cumsum(lengths)`` (in the caller's kind)."""
+        return self._answer(super().offsets())
+
+    def weights(self) -> Any:
+        """The per-value weights, or None (in the caller's kind)."""
+        return self._answer(super().weights())
+
+    def weights_or_none(self) -> Any:
+        """The same as :meth:`weights` (torchrec's name)."""
+        return self.weights()
+
+    def to_dense(self) -> list[Any]:
+        """The rows, each a view of :meth:`values` (torchrec's ``to_dense``: torch in, torch out)."""
+        values = self.values()
+        ends = super().offsets().tolist()
+        return [values[ends[i] : ends[i + 1]] for i in range(len(ends) - 1)]
+
+    def __getitem__(self, index: int | slice) -> Any:
+        """Row ``index`` (a view of :meth:`values`), or a list of rows for a slice."""
+        if isinstance(index, slice):
+            return self.to_dense()[index]
+        return self._answer(super().__getitem__(index))
+
+
 class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's docstring)
     __doc__ = keyed.KeyedJaggedArray.__doc__
+    #: The caller's array whose kind the accessors answer in; None (numpy-built, or built by the
+    #: host's ``_trusted`` and not yet given one): the arrays as they are.
+    _model: Any = None
 
     def __init__(
         self,
@@ -73,7 +158,7 @@ class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's 
         offset_per_key: Sequence[int] | None = None,
         index_per_key: Mapping[str, int] | None = None,
     ) -> None:
-        self._model: Any = values if kinds.kind_of(values) == kinds.TORCH else None
+        self._model = values if kinds.kind_of(values) == kinds.TORCH else None
         super().__init__(
             keys,
             _array(values, "values"),
@@ -89,7 +174,7 @@ class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's 
         )
 
     def _answer(self, x: Any) -> Any:
-        model = self.__dict__.get("_model")
+        model = self._model
         return x if model is None or x is None else kinds.like(x, model)
 
     def values(self) -> Any:
@@ -112,6 +197,102 @@ class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's 
         """Row offsets, key-major, one more than the lengths (torch tensors in, torch tensors out)."""
         return self._answer(super().offsets())
 
+    # The methods below build new arrays with the host's code and give them this array's kind.
+
+    def _jagged(self, i: int) -> jagged_array.JaggedArray:
+        ja = super()._jagged(i)
+        model = self._model
+        return ja if model is None else JaggedArray(ja._values, ja._lengths, ja._weights, model)
+
+    def split(self: _F, segments: Sequence[int]) -> list[_F]:
+        """Cut the keys into consecutive groups of ``segments[i]`` keys (torchrec's ``split``).
+
+        The host class's ``split``; the pieces, views of
+        this array, answer in its kind.
+
+        Args:
+            segments: Keys per piece; non-negative, summing to the number of keys.
+
+        Returns:
+            One KeyedJaggedArray per segment.
+
+        Raises:
+            ArgumentTypeError: segments are not integers.
+            ArgumentError: a negative segment, or segments that do not sum to the number of keys.
+        """
+        out = super().split(segments)
+        model = self._model
+        if model is not None:
+            for piece in out:
+                piece._model = model
+        return out
+
+    def permute(self: _F, indices: Sequence[int], indices_tensor: Any = None) -> _F:
+        """The keys in the order ``indices``, with their rows (torchrec's ``permute``).
+
+        The host class's ``permute``; the new array
+        answers in this array's kind, and ``indices_tensor`` may be a torch tensor.
+
+        Args:
+            indices: Positions of the keys to take, in the new order; each at most once.
+            indices_tensor: The same indices as an array (torchrec's argument), or None.
+
+        Returns:
+            A new KeyedJaggedArray (copies of the values).
+
+        Raises:
+            ArgumentTypeError: indices are not integers.
+            ArgumentError: an index out of range or repeated.
+        """
+        if indices_tensor is not None and kinds.kind_of(indices_tensor) not in (kinds.NUMPY, kinds.LIST):
+            indices_tensor = to_host(_array(indices_tensor, "indices_tensor"))
+        out = super().permute(indices, indices_tensor)
+        if self._model is not None:
+            out._model = _heir(self._model, out._values)
+        return out
+
+    @classmethod
+    def concat(cls: type[_F], kja_list: Sequence[keyed_ops.KeyedOps]) -> _F:
+        """The keys of every array in ``kja_list``, one after the other (torchrec's ``concat``).
+
+        The host class's ``concat``; the new array answers
+        in torch if any of ``kja_list`` was built from torch tensors.
+
+        Args:
+            kja_list: KeyedJaggedArrays with distinct keys, alike in weights, VBE, stride and dtypes.
+
+        Returns:
+            A new KeyedJaggedArray.
+
+        Raises:
+            ArgumentTypeError: an entry is not a KeyedJaggedArray, or dtypes differ.
+            ArgumentError: an empty list, mixed weights or VBE, strides that differ, a repeated key.
+        """
+        out = super().concat(kja_list)
+        for p in kja_list:  # all KeyedJaggedArrays of this class: the host checked them
+            if isinstance(p, KeyedJaggedArray) and p._model is not None:
+                out._model = _heir(p._model, out._values)
+                break
+        return out
+
+    @classmethod
+    def empty_like(cls: type[_F], kja: keyed_ops.KeyedOps) -> _F:
+        """No keys, with ``kja``'s stride and dtypes (torchrec's ``empty_like``), in ``kja``'s kind.
+
+        Args:
+            kja: The KeyedJaggedArray to take the stride, dtypes and kind of.
+
+        Returns:
+            A new KeyedJaggedArray with no keys.
+
+        Raises:
+            ArgumentTypeError: ``kja`` is not a KeyedJaggedArray.
+        """
+        out = super().empty_like(kja)
+        if isinstance(kja, KeyedJaggedArray):
+            out._model = kja._model  # its arrays are empty views of kja's
+        return out
+
 
 class KJTAllToAllAwaitable(kjt.KJTAllToAllAwaitable):  # noqa: D101 (the host class's docstring)
     __doc__ = kjt.KJTAllToAllAwaitable.__doc__
@@ -122,7 +303,7 @@ class KJTAllToAllAwaitable(kjt.KJTAllToAllAwaitable):  # noqa: D101 (the host cl
         out: Any = super().wait()
         if type(out) is not KeyedJaggedArray:
             out.__class__ = KeyedJaggedArray  # the same object, seen through the front's accessors
-            out._model = self._model
+            out._model = None if self._model is None else _heir(self._model, out._values)
         front: KeyedJaggedArray = out
         return front
 
@@ -241,7 +422,7 @@ class KJTAllToAll(kjt.KJTAllToAll):  # noqa: D101 (the host class's docstring)
 
         See the class docstring for the contract; the output takes ``kja``'s array kind.
         """
-        model = kja.__dict__.get("_model") if isinstance(kja, KeyedJaggedArray) else None
+        model = kja._model if isinstance(kja, KeyedJaggedArray) else None
         if model is not None:  # the numpy arrays inside, seen through the base class's accessors
             host = copy.copy(kja)
             host.__class__ = keyed.KeyedJaggedArray
