@@ -65,6 +65,7 @@ class _Dog:
     own: dict[Any, bool] = {}  # noqa: RUF012 - code object -> whether it is an mpicomm call
     tops: dict[int, tuple[Any, float]] = {}  # noqa: RUF012 - thread id -> (its mpicomm top frame, since)
     seen: dict[int, Any] = {}  # noqa: RUF012 - thread id -> the _Call it is blocked in
+    sampling = threading.Lock()  # held through a sample, which holds every thread's top frame
 
 
 def default_timeout() -> float | None:
@@ -112,7 +113,8 @@ def _run() -> None:
     while True:
         try:
             time.sleep(_interval())
-            late = _sample(seen, time.monotonic())
+            with _Dog.sampling:
+                late = _sample(seen, time.monotonic())
         except Exception:  # never let a fault of the watchdog itself end the job (the abort hook)
             forget()
             continue
@@ -124,10 +126,13 @@ def forget() -> None:
     """Drop every frame the watchdog holds (it holds each until its next sample, at most a second).
 
     For tests that check that a call's arrays or a dropped ``Work`` are freed as soon as the call
-    returns: the frames the watchdog last saw keep their locals alive until it samples again.
+    returns: the frames the watchdog last saw keep their locals alive until it samples again. A
+    sample under way (it holds every thread's top frame while it runs, which on a crowded machine
+    can be a while: it needs the GIL) is let finish first.
     """
-    _Dog.seen.clear()
-    _Dog.tops.clear()
+    with _Dog.sampling:
+        _Dog.seen.clear()
+        _Dog.tops.clear()
 
 
 def _interval() -> float:
@@ -228,10 +233,12 @@ def _sample(seen: dict[int, _Call], now: float) -> _Call | None:
     collection, which could let another thread run mid-walk, is held off during the walk.
     """
     frames = sys._current_frames()
-    me = threading.get_ident()
+    # This thread's own entry is this very frame: kept, it would make a cycle (frame -> frames ->
+    # frame) that holds every thread's top frame, and the arrays in them, until a GC pass.
+    del frames[threading.get_ident()]
     tops, _Dog.tops = _Dog.tops, {}
     for ident, top in frames.items():
-        if ident == me or not _is_own(top):
+        if not _is_own(top):
             continue
         _Dog.tops[ident] = (top, tops[ident][1] if ident in tops and tops[ident][0] is top else now)
     for ident in [i for i in seen if i not in _Dog.tops or _Dog.tops[i][0] is not seen[i].top]:

@@ -127,7 +127,7 @@ def test_a_large_tensor_is_kept_only_while_it_lives() -> None:
     key = id(t)
     assert key in door._VIEWS
     storage = weakref.ref(door._VIEWS[key][1].base)  # the view's owner: what holds the memory
-    watchdog.forget()  # the call's frame it last saw (holding t) would live until its next sample
+    watchdog.forget()  # the frames it holds (a sample under way, the last seen) would keep t alive
     del t
     assert key not in door._VIEWS
     assert storage() is None

@@ -194,3 +194,44 @@ def test_a_sample_walks_only_a_thread_blocked_in_one_mpicomm_frame():
         thread.join(5)
     watchdog._sample(seen, 3.0)
     assert seen == {}  # the call returned and the thread ended: nothing is kept
+
+
+def test_a_sample_leaves_no_cycle_that_holds_a_threads_arrays():
+    """A finished sample keeps no frame alive beyond what it records (the blocked calls' frames).
+
+    ``sys._current_frames()`` includes the sampling thread's own frame; kept in the sample's locals,
+    it made a cycle (frame -> frames -> frame) that held every thread's top frame, and a 1 MiB
+    tensor in one of them, until the next GC pass (seen in CI at 4 ranks).
+    """
+    import gc
+    import threading
+    import time
+    import weakref
+
+    from mpicomm.core import watchdog
+
+    class Payload:  # stands for a user's array in a frame of a thread that is inside a call
+        pass
+
+    release = threading.Event()
+    captured: list[weakref.ref] = []
+
+    def inside_a_call() -> None:
+        payload = Payload()
+        captured.append(weakref.ref(payload))
+        release.wait(5)
+
+    thread = threading.Thread(target=inside_a_call, daemon=True)
+    thread.start()
+    while not captured:
+        time.sleep(0.001)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        watchdog._sample({}, 1.0)
+        release.set()
+        thread.join(5)
+        assert captured[0]() is None  # freed when its thread ended, without a GC pass
+    finally:
+        if collecting:
+            gc.enable()
