@@ -5,7 +5,8 @@
 # but no MPI library. Make the carry first on the CPU machine (scripts/gpu-carry.sh writes .gpu-carry/), then
 # call the device tool with carry [".gpu-carry"] and the command `bash scripts/gpu-window.sh all`.
 #
-#   setup  two offline venvs over the image's packages (--system-site-packages, plus the image's own venv):
+#   setup  the C extension built in place for the image's Python (optional; mpi4py makes the calls without it),
+#          then two offline venvs over the image's packages (--system-site-packages, plus the image's own venv):
 #            /tmp/venv-mpich  the mpich wheel (not CUDA-aware: mpicomm's staged path) + test wheels + mpicomm
 #            /tmp/venv-ompi   the CUDA-aware Open MPI 4.1.4 unpacked in /tmp/ompi-cuda (OPAL_PREFIX, PATH,
 #                             LD_LIBRARY_PATH, MPI4PY_LIBMPI) + test wheels + mpicomm: the direct path
@@ -104,6 +105,16 @@ s_probe() {
   echo "--- $PY: $(command -v "$PY") -> $(readlink -f "$(command -v "$PY")")"
   pyprobe "$PY"
   "$PY" -m pip --version || echo "pip: missing in the image's python"
+  # The C calls of the fast paths (mpicomm/core/_cmpi.c; no MPI headers needed), built in place for this
+  # Python: both venvs use this interpreter and the working tree. Optional: without it mpicomm calls MPI
+  # through mpi4py (`python -m mpicomm info` says which).
+  echo "--- the C extension, built in place for $PY"
+  if (cd "$REPO" && "$PY" setup.py -q build_ext --inplace >"$WORK/build-ext.log" 2>&1); then
+    ls "$REPO"/mpicomm/core/_cmpi*.so
+  else
+    echo "not built (mpicomm falls back to mpi4py):"
+    tail -5 "$WORK/build-ext.log"
+  fi
   echo "--- carry"
   if [ -f "$CARRY/MANIFEST.txt" ]; then grep -v '^#' "$CARRY/MANIFEST.txt"; else echo "no $CARRY/MANIFEST.txt"; fi
   [ -d "$CARRY/wheels" ] && [ -d "$CARRY/openmpi-cuda" ]
