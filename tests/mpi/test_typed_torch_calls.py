@@ -22,14 +22,9 @@ def _world() -> tuple[int, int]:
     return mpicomm.get_rank(), mpicomm.get_world_size()
 
 
-def _inputs(seed: int, w: int, n: int) -> np.ndarray:
-    """Every rank's float32 input, shape (w, n): small integers, so sums are exact."""
-    return np.random.default_rng(seed).integers(0, 5, (w, n)).astype(np.float32)
-
-
 def test_dense_collectives_take_torch_tensors_for_a_type_checker() -> None:
     r, w = _world()
-    g = _inputs(11, w, 4)
+    g = np.random.default_rng(11).integers(0, 5, (w, 4)).astype(np.float32)  # small: exact sums
     t = torch.from_numpy(g[r].copy())
     mpicomm.all_reduce(t)
     np.testing.assert_array_equal(t.numpy(), g.sum(axis=0))
