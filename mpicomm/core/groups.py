@@ -156,6 +156,7 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
         >>> world.size() == mpicomm.get_world_size()
         True
     """
+    watchdog.watch()  # this thread's blocking calls are timed from now on
     if _State.world is not None:
         if comm is not None and not isinstance(comm, _mpi.MPI.Intracomm):
             raise ArgumentTypeError(

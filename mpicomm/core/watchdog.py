@@ -3,12 +3,16 @@
 MPI cannot interrupt a blocking call (``MPI_Allreduce`` waits for every rank, however long), and
 polling a non-blocking one instead would cost the small-call fast paths. So mpicomm bounds blocking
 calls from outside, as torch's NCCL watchdog does: a daemon thread, started by :func:`mpicomm.init`,
-samples every thread's top Python frame (``sys._current_frames()``) every tenth of the shortest
-timeout (at most once a second). A thread whose top frame is the same mpicomm frame at two samples
-in a row is blocked in a call (inside MPI, or polling); its stack is then walked once to the public
-call. When that thread has stayed in that frame for longer than the call's bound, the watchdog
-writes what is blocked where (call, group, ranks, timeout, the caller's line) to stderr and aborts
-the MPI job.
+samples the top Python frame (``sys._current_frames()``) of every thread that called
+:func:`mpicomm.init` (the first call's thread, where MPI started by itself) every tenth of the
+shortest timeout (at most once a second). Other threads' frames are never read: CI segfaulted
+reading the top frame of a thread that was ending (pytest-timeout's timer thread), so a thread of
+yours that makes mpicomm calls is watched once it has called ``mpicomm.init()`` itself (a cheap
+call once MPI runs). A thread whose top frame is the same mpicomm frame at two samples in a row
+is blocked in a call (inside MPI, or polling); its stack is then walked once to the public call.
+When that thread has stayed in that frame for longer than the call's bound, the watchdog writes
+what is blocked where (call, group, ranks, timeout, the caller's line) to stderr and aborts the MPI
+job.
 
 The bound of a call is its group's timeout (``init_process_group(timeout=)``,
 ``new_group(timeout=)``; torch's default, 30 minutes, for a group made without one, or
@@ -37,7 +41,7 @@ from typing import Any
 from .. import _mpi
 from ..errors import ArgumentError
 
-__all__ = ["DEFAULT_TIMEOUT", "default_timeout", "forget", "start"]
+__all__ = ["DEFAULT_TIMEOUT", "default_timeout", "forget", "start", "watch"]
 
 #: torch's default process-group timeout, in seconds.
 DEFAULT_TIMEOUT = 1800.0
@@ -65,7 +69,8 @@ class _Dog:
     own: dict[Any, bool] = {}  # noqa: RUF012 - code object -> whether it is an mpicomm call
     tops: dict[int, tuple[Any, float]] = {}  # noqa: RUF012 - thread id -> (its mpicomm top frame, since)
     seen: dict[int, Any] = {}  # noqa: RUF012 - thread id -> the _Call it is blocked in
-    sampling = threading.Lock()  # held through a sample, which holds every thread's top frame
+    sampling = threading.Lock()  # held through a sample, which holds the watched threads' top frames
+    watched: set[int] = set()  # noqa: RUF012 - the idents of the threads that called mpicomm.init()
 
 
 def default_timeout() -> float | None:
@@ -106,6 +111,11 @@ def start(state: Any, group_type: type) -> None:
         return
     _Dog.thread = threading.Thread(target=_run, name="mpicomm-watchdog", daemon=True)
     _Dog.thread.start()
+
+
+def watch() -> None:
+    """Have the watchdog time the calling thread's mpicomm calls (:func:`mpicomm.init` calls this)."""
+    _Dog.watched.add(threading.get_ident())
 
 
 def _run() -> None:
@@ -224,7 +234,7 @@ def _bound_arguments(local: dict[str, Any]) -> dict[str, Any]:
 def _sample(seen: dict[int, _Call], now: float) -> _Call | None:
     """Update ``seen`` (thread id -> the call it is blocked in) and return one that is overdue.
 
-    Only each thread's top frame is read on every sample. A thread is blocked in a call when the
+    Only each watched thread's top frame is read on every sample. A thread is blocked in a call when the
     same mpicomm frame object is its top frame at two samples in a row (a thread inside MPI, or
     polling, stays in one Python frame); only then is its stack walked up to the public call, whose
     arguments give the bound. Walking the stacks of running threads on every sample, as this did
@@ -233,11 +243,18 @@ def _sample(seen: dict[int, _Call], now: float) -> _Call | None:
     collection, which could let another thread run mid-walk, is held off during the walk.
     """
     frames = sys._current_frames()
-    # This thread's own entry is this very frame: kept, it would make a cycle (frame -> frames ->
-    # frame) that holds every thread's top frame, and the arrays in them, until a GC pass.
-    del frames[threading.get_ident()]
+    mine = []
+    for ident in list(_Dog.watched):  # a copy: other threads may call init() meanwhile
+        if ident in frames:
+            mine.append((ident, frames[ident]))
+        else:
+            _Dog.watched.discard(ident)  # the thread has ended
+    # Only the watched threads' frames are read, and the table goes at once: it also holds this very
+    # frame (kept, a cycle frame -> table -> frame would hold every thread's top frame, and the
+    # arrays in them, until a GC pass) and the frames of threads that may be ending.
+    del frames
     tops, _Dog.tops = _Dog.tops, {}
-    for ident, top in frames.items():
+    for ident, top in mine:
         if not _is_own(top):
             continue
         _Dog.tops[ident] = (top, tops[ident][1] if ident in tops and tops[ident][0] is top else now)

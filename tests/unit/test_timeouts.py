@@ -178,8 +178,8 @@ def test_a_sample_walks_only_a_thread_blocked_in_one_mpicomm_frame():
 
     lock = threading.Lock()
     lock.acquire()
-    env = {"__name__": "mpicomm.dense.stand_in", "lock": lock}
-    exec("def blocked():\n    lock.acquire(timeout=5)\n", env)
+    env = {"__name__": "mpicomm.dense.stand_in", "lock": lock, "watch": watchdog.watch}
+    exec("def blocked():\n    watch()\n    lock.acquire(timeout=5)\n", env)
     thread = threading.Thread(target=env["blocked"], daemon=True)
     thread.start()
     time.sleep(0.05)
@@ -217,6 +217,7 @@ def test_a_sample_leaves_no_cycle_that_holds_a_threads_arrays():
     captured: list[weakref.ref] = []
 
     def inside_a_call() -> None:
+        watchdog.watch()
         payload = Payload()
         captured.append(weakref.ref(payload))
         release.wait(5)
@@ -235,3 +236,40 @@ def test_a_sample_leaves_no_cycle_that_holds_a_threads_arrays():
     finally:
         if collecting:
             gc.enable()
+
+
+def test_a_thread_that_never_called_init_is_not_sampled():
+    """Only threads that called mpicomm.init() are read: another thread's frames may be ending.
+
+    CI segfaulted in the watchdog reading the top frame of pytest-timeout's timer thread as it
+    ended; a thread blocked in an mpicomm frame without having called init() is left alone, and the
+    same thread is timed once it has called it.
+    """
+    import threading
+    import time
+
+    from mpicomm.core import watchdog
+
+    lock, go = threading.Lock(), threading.Event()
+    lock.acquire()
+    env = {"__name__": "mpicomm.dense.stand_in", "lock": lock, "go": go, "watch": watchdog.watch}
+    exec("def blocked():\n    go.wait(5)\n    watch()\n    lock.acquire(timeout=5)\n", env)
+    thread = threading.Thread(target=env["blocked"], daemon=True)
+    thread.start()
+    seen: dict = {}
+    try:
+        time.sleep(0.05)
+        watchdog._sample(seen, 1.0)
+        watchdog._sample(seen, 2.0)
+        assert thread.ident not in watchdog._Dog.watched
+        assert thread.ident not in watchdog._Dog.tops and seen == {}
+        go.set()
+        time.sleep(0.05)
+        watchdog._sample(seen, 3.0)
+        watchdog._sample(seen, 4.0)
+        assert [(c.name, c.since) for c in seen.values()] == [("blocked", 3.0)]
+    finally:
+        lock.release()
+        thread.join(5)
+    watchdog._sample(seen, 5.0)
+    assert thread.ident not in watchdog._Dog.watched  # an ended thread leaves the watched set
