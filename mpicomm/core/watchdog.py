@@ -70,7 +70,7 @@ class _Dog:
     tops: dict[int, tuple[Any, float]] = {}  # noqa: RUF012 - thread id -> (its mpicomm top frame, since)
     seen: dict[int, Any] = {}  # noqa: RUF012 - thread id -> the _Call it is blocked in
     sampling = threading.Lock()  # held through a sample, which holds the watched threads' top frames
-    watched: set[int] = set()  # noqa: RUF012 - the idents of the threads that called mpicomm.init()
+    watched: dict[int, threading.Thread] = {}  # noqa: RUF012 - ident -> a thread that called init()
 
 
 def default_timeout() -> float | None:
@@ -115,7 +115,7 @@ def start(state: Any, group_type: type) -> None:
 
 def watch() -> None:
     """Have the watchdog time the calling thread's mpicomm calls (:func:`mpicomm.init` calls this)."""
-    _Dog.watched.add(threading.get_ident())
+    _Dog.watched[threading.get_ident()] = threading.current_thread()
 
 
 def _run() -> None:
@@ -244,11 +244,14 @@ def _sample(seen: dict[int, _Call], now: float) -> _Call | None:
     """
     frames = sys._current_frames()
     mine = []
-    for ident in list(_Dog.watched):  # a copy: other threads may call init() meanwhile
-        if ident in frames:
-            mine.append((ident, frames[ident]))
-        else:
-            _Dog.watched.discard(ident)  # the thread has ended
+    me = threading.get_ident()  # a watched thread that samples (a test) must not hold its own frame
+    for ident, thread in list(_Dog.watched.items()):  # a copy: other threads may call init() meanwhile
+        top = frames.get(ident)
+        if top is not None and thread.is_alive():
+            if ident != me:
+                mine.append((ident, top))
+        elif _Dog.watched.get(ident) is thread:
+            del _Dog.watched[ident]  # the thread has ended (a new thread may reuse its ident)
     # Only the watched threads' frames are read, and the table goes at once: it also holds this very
     # frame (kept, a cycle frame -> table -> frame would hold every thread's top frame, and the
     # arrays in them, until a GC pass) and the frames of threads that may be ending.

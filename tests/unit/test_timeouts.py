@@ -184,16 +184,17 @@ def test_a_sample_walks_only_a_thread_blocked_in_one_mpicomm_frame():
     thread.start()
     time.sleep(0.05)
     seen: dict = {}
-    try:
-        assert watchdog._sample(seen, 1.0) is None
-        assert seen == {}  # one sample: the thread may be running
-        assert watchdog._sample(seen, 2.0) is None
-        assert [(c.name, c.since) for c in seen.values()] == [("blocked", 1.0)]
-    finally:
-        lock.release()
-        thread.join(5)
-    watchdog._sample(seen, 3.0)
-    assert seen == {}  # the call returned and the thread ended: nothing is kept
+    with watchdog._Dog.sampling:  # the process's own watchdog (started by init) waits meanwhile
+        try:
+            assert watchdog._sample(seen, 1.0) is None
+            assert seen == {}  # one sample: the thread may be running
+            assert watchdog._sample(seen, 2.0) is None
+            assert [(c.name, c.since) for c in seen.values()] == [("blocked", 1.0)]
+        finally:
+            lock.release()
+            thread.join(5)
+        watchdog._sample(seen, 3.0)
+        assert seen == {}  # the call returned and the thread ended: nothing is kept
 
 
 def test_a_sample_leaves_no_cycle_that_holds_a_threads_arrays():
@@ -229,10 +230,12 @@ def test_a_sample_leaves_no_cycle_that_holds_a_threads_arrays():
     collecting = gc.isenabled()
     gc.disable()
     try:
-        watchdog._sample({}, 1.0)
-        release.set()
-        thread.join(5)
-        assert captured[0]() is None  # freed when its thread ended, without a GC pass
+        with watchdog._Dog.sampling:  # the process's own watchdog (started by init) waits meanwhile
+            watchdog._sample({}, 1.0)
+            release.set()
+            thread.join(5)
+            watchdog._Dog.tops.clear()  # what the sample keeps on purpose (the last top frames)
+            assert captured[0]() is None  # freed when its thread ended, without a GC pass
     finally:
         if collecting:
             gc.enable()
@@ -257,19 +260,20 @@ def test_a_thread_that_never_called_init_is_not_sampled():
     thread = threading.Thread(target=env["blocked"], daemon=True)
     thread.start()
     seen: dict = {}
-    try:
-        time.sleep(0.05)
-        watchdog._sample(seen, 1.0)
-        watchdog._sample(seen, 2.0)
-        assert thread.ident not in watchdog._Dog.watched
-        assert thread.ident not in watchdog._Dog.tops and seen == {}
-        go.set()
-        time.sleep(0.05)
-        watchdog._sample(seen, 3.0)
-        watchdog._sample(seen, 4.0)
-        assert [(c.name, c.since) for c in seen.values()] == [("blocked", 3.0)]
-    finally:
-        lock.release()
-        thread.join(5)
-    watchdog._sample(seen, 5.0)
-    assert thread.ident not in watchdog._Dog.watched  # an ended thread leaves the watched set
+    with watchdog._Dog.sampling:  # the process's own watchdog (started by init) waits meanwhile
+        try:
+            time.sleep(0.05)
+            watchdog._sample(seen, 1.0)  # also drops an ended thread that had the same ident
+            watchdog._sample(seen, 2.0)
+            assert watchdog._Dog.watched.get(thread.ident) is not thread
+            assert thread.ident not in watchdog._Dog.tops and seen == {}
+            go.set()
+            time.sleep(0.05)
+            watchdog._sample(seen, 3.0)
+            watchdog._sample(seen, 4.0)
+            assert [(c.name, c.since) for c in seen.values()] == [("blocked", 3.0)]
+        finally:
+            lock.release()
+            thread.join(5)
+        watchdog._sample(seen, 5.0)
+        assert thread.ident not in watchdog._Dog.watched  # an ended thread leaves the watched set
