@@ -243,24 +243,19 @@ def _sample(seen: dict[int, _Call], now: float) -> _Call | None:
     collection, which could let another thread run mid-walk, is held off during the walk.
     """
     frames = sys._current_frames()
-    mine = []
     me = threading.get_ident()  # a watched thread that samples (a test) must not hold its own frame
+    tops, _Dog.tops = _Dog.tops, {}
     for ident, thread in list(_Dog.watched.items()):  # a copy: other threads may call init() meanwhile
         top = frames.get(ident)
-        if top is not None and thread.is_alive():
-            if ident != me:
-                mine.append((ident, top))
-        elif _Dog.watched.get(ident) is thread:
-            del _Dog.watched[ident]  # the thread has ended (a new thread may reuse its ident)
+        if top is None or not thread.is_alive():
+            if _Dog.watched.get(ident) is thread:
+                del _Dog.watched[ident]  # the thread has ended (a new thread may reuse its ident)
+        elif ident != me and _is_own(top):
+            _Dog.tops[ident] = (top, tops[ident][1] if ident in tops and tops[ident][0] is top else now)
     # Only the watched threads' frames are read, and the table goes at once: it also holds this very
     # frame (kept, a cycle frame -> table -> frame would hold every thread's top frame, and the
     # arrays in them, until a GC pass) and the frames of threads that may be ending.
     del frames
-    tops, _Dog.tops = _Dog.tops, {}
-    for ident, top in mine:
-        if not _is_own(top):
-            continue
-        _Dog.tops[ident] = (top, tops[ident][1] if ident in tops and tops[ident][0] is top else now)
     for ident in [i for i in seen if i not in _Dog.tops or _Dog.tops[i][0] is not seen[i].top]:
         del seen[ident]
     for ident, (top, since) in _Dog.tops.items():
