@@ -107,8 +107,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentError",
-    "Array",
     "ArgumentTypeError",
+    "Array",
     "Backend",
     "BackendWarning",
     "CommunicationError",

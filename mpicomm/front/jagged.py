@@ -207,8 +207,7 @@ class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's 
     def split(self: _F, segments: Sequence[int]) -> list[_F]:
         """Cut the keys into consecutive groups of ``segments[i]`` keys (torchrec's ``split``).
 
-        The host class's ``split``; the pieces, views of
-        this array, answer in its kind.
+        The host class's ``split``; the pieces, views of this array, answer in its kind.
 
         Args:
             segments: Keys per piece; non-negative, summing to the number of keys.
@@ -230,8 +229,8 @@ class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's 
     def permute(self: _F, indices: Sequence[int], indices_tensor: Any = None) -> _F:
         """The keys in the order ``indices``, with their rows (torchrec's ``permute``).
 
-        The host class's ``permute``; the new array
-        answers in this array's kind, and ``indices_tensor`` may be a torch tensor.
+        The host class's ``permute``; the new array answers in this array's kind, and
+        ``indices_tensor`` may be a torch tensor.
 
         Args:
             indices: Positions of the keys to take, in the new order; each at most once.
@@ -255,8 +254,8 @@ class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's 
     def concat(cls: type[_F], kja_list: Sequence[keyed_ops.KeyedOps]) -> _F:
         """The keys of every array in ``kja_list``, one after the other (torchrec's ``concat``).
 
-        The host class's ``concat``; the new array answers
-        in torch if any of ``kja_list`` was built from torch tensors.
+        The host class's ``concat``; the new array answers in torch if any of ``kja_list`` was
+        built from torch tensors.
 
         Args:
             kja_list: KeyedJaggedArrays with distinct keys, alike in weights, VBE, stride and dtypes.
