@@ -18,8 +18,8 @@ returns them.
 
 from __future__ import annotations
 
+import collections
 import datetime
-import threading
 from typing import Any, ClassVar
 
 import numpy as np
@@ -130,8 +130,10 @@ class Staging:
 
 
 class _Orphans:
-    lock = threading.Lock()
-    works: ClassVar[list[tuple[Work, Staging]]] = []
+    # A deque and no lock: StagedWork.__del__ appends, and a finaliser can run in the middle of
+    # reap() on the same thread (garbage collection at any allocation there), where waiting for a
+    # lock that reap() holds would hang the rank for good. deque's append and popleft are atomic.
+    works: ClassVar[collections.deque[tuple[Work, Staging]]] = collections.deque()
 
 
 def orphans() -> int:
@@ -141,20 +143,18 @@ def orphans() -> int:
 
 def reap() -> None:
     """Finish the dropped asynchronous staged operations that have completed: upload, give buffers back."""
-    if not _Orphans.works:
-        return
-    with _Orphans.lock:
-        pending, _Orphans.works = _Orphans.works, []
-    keep = []
-    for inner, stage in pending:
+    works = _Orphans.works
+    for _ in range(len(works)):  # each orphan present now, once; those added meanwhile wait
+        try:
+            inner, stage = works.popleft()
+        except IndexError:  # another thread reaped it
+            return
         if not inner.is_completed():
-            keep.append((inner, stage))
+            works.append((inner, stage))
         elif inner.exception() is None:
             stage.upload()
         else:
             stage.release()
-    with _Orphans.lock:
-        _Orphans.works.extend(keep)
 
 
 class StagedWork(Work):
@@ -237,5 +237,4 @@ class StagedWork(Work):
         stage = getattr(self, "_stage", None)
         if stage is not None:
             self._stage = None
-            with _Orphans.lock:
-                _Orphans.works.append((self._inner, stage))
+            _Orphans.works.append((self._inner, stage))

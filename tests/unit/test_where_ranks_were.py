@@ -1,0 +1,67 @@
+"""scripts/where-ranks-were.py on the log of a real 2-rank run that times out under our test harness."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "where-ranks-were.py"
+
+HANG = """
+import time
+from mpi4py import MPI
+
+
+def test_rank_one_is_late():
+    comm = MPI.COMM_WORLD
+    if comm.rank == 1:
+        time.sleep(60)  # rank 1 stuck here
+    comm.Barrier()  # rank 0 waits here
+"""
+
+
+@pytest.fixture(scope="module")
+def where() -> Callable[[list[str]], dict[int, str]]:
+    func: Callable[[list[str]], dict[int, str]] = runpy.run_path(str(SCRIPT))["where"]
+    return func
+
+
+def test_names_the_line_each_rank_was_stuck_on(
+    tmp_path: Path, where: Callable[[list[str]], dict[int, str]]
+) -> None:
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent))
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to this Python (the venv's MPI wheel provides one)")
+    shutil.copy(ROOT / "tests" / "mpi" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_hang.py").write_text(HANG)
+    flags = (
+        ["--oversubscribe"]
+        if "open" in subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout.lower()
+        else []
+    )
+    pytest_args = "-m pytest --with-mpi -x --timeout 3 --timeout-method thread -p no:cacheprovider"
+    run = subprocess.run(
+        [mpiexec, *flags, "-n", "2", sys.executable, "-m", "mpi4py", *pytest_args.split(), "test_hang.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert run.returncode != 0
+    found = where((run.stdout + run.stderr).splitlines())
+    assert sorted(found) == [0, 1], run.stdout + run.stderr
+    assert found[0].startswith("test_hang.py:10 test_rank_one_is_late"), found
+    assert found[1].startswith("test_hang.py:9 test_rank_one_is_late"), found
+
+
+def test_a_log_without_a_timeout_gives_nothing(where: Callable[[list[str]], dict[int, str]]) -> None:
+    assert where(["== tests/mpi on 2 ranks ==", "[rank 1] FAILED x.py::t", "3 passed"]) == {}
