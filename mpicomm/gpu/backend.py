@@ -10,6 +10,7 @@ checks the ordering of waits and nothing else (it is no GPU verification).
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from typing import Any, Protocol
 
@@ -127,12 +128,28 @@ class CupyBackend:
         return self.cp.asarray(host)
 
     def wrap(self, x: Any, fn: str, arg: str) -> Any:
-        """See :class:`Backend` (cupy honours the interface's ``stream`` entry before using the memory)."""
+        """See :class:`Backend`. The view is ordered after the work that produced ``x``.
+
+        DLPack first, where ``x`` has it: cupy passes its current stream to ``x.__dlpack__``, and
+        the producer makes that stream wait for its own (torch: for its current stream, the one a
+        ``with torch.cuda.stream(s):`` block set), so the call's copies and its synchronisation
+        come after the kernels that wrote ``x``. ``__cuda_array_interface__`` names the producer's
+        stream only from version 3 (cupy then waits for it); torch's has none. Where cupy cannot
+        take ``x`` by DLPack (a dtype its DLPack lacks), the interface is used and a torch tensor's
+        current stream is synchronised first.
+        """
         try:
+            if hasattr(x, "__dlpack__"):
+                try:
+                    return self.cp.from_dlpack(x)
+                except (TypeError, ValueError, RuntimeError, BufferError):
+                    if not hasattr(x, "__cuda_array_interface__"):
+                        raise
+                    _producer_stream_done(x)
             if hasattr(x, "__cuda_array_interface__"):
                 return self.cp.asarray(x)
             return self.cp.from_dlpack(x)
-        except (TypeError, ValueError, RuntimeError) as exc:
+        except (TypeError, ValueError, RuntimeError, BufferError) as exc:
             raise ArgumentTypeError(f"{fn}: {arg} is a device array cupy cannot view: {exc}") from exc
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
@@ -148,6 +165,13 @@ class CupyBackend:
     def span(self, x: Any) -> tuple[int, int]:
         """See :class:`Backend`."""
         return span_of(int(x.data.ptr), x.shape, x.strides, x.itemsize)
+
+
+def _producer_stream_done(x: Any) -> None:
+    """Wait for a torch tensor's current stream (the interface says nothing of its producer's stream)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        torch.cuda.current_stream(x.device).synchronize()
 
 
 def span_of(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:

@@ -127,6 +127,35 @@ def test_the_call_waits_for_work_queued_on_the_current_stream(where: str) -> Non
     np.testing.assert_array_equal(got, np.full(4096, n * (n + 1) / 2))
 
 
+@pytest.mark.parametrize("fn", ["all_reduce", "broadcast"])
+def test_a_torch_tensor_written_on_torchs_side_stream_is_read_after_that_work(fn: str) -> None:
+    """Inside ``with torch.cuda.stream(side):`` the input is written after ~50 ms of spinning on ``side``.
+
+    torch's ``__cuda_array_interface__`` names no stream; mpicomm takes torch tensors by DLPack,
+    whose handshake makes cupy's current stream wait for torch's.
+    """
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this torch has no CUDA")
+    r, n = world()
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x = inputs(n, 1 << 16, "float64")
+    mine = torch.from_numpy(x[r]).to(dev)
+    t = torch.zeros(x.shape[1], dtype=torch.float64, device=dev)
+    side = torch.cuda.Stream(dev)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(10**8)  # spins on side, then the device-to-device copy fills t
+        t.copy_(mine)
+        if fn == "all_reduce":
+            mpicomm.all_reduce(t)
+        else:
+            mpicomm.broadcast(t, src=n - 1)
+    torch.cuda.synchronize()
+    want = x.sum(axis=0) if fn == "all_reduce" else x[n - 1]
+    np.testing.assert_array_equal(t.cpu().numpy(), want)
+
+
 def test_async_handles_on_cupy() -> None:
     r, n = world()
     c = cp()

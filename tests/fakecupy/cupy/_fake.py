@@ -71,14 +71,18 @@ def view_interface(obj: Any, face: dict[str, Any]) -> ndarray:
 
 
 class _Host:
-    def __init__(self, x: Any) -> None:
-        self.x = x
+    """``x`` seen as host memory by numpy; a CUDA producer is handed the consumer's stream, as cupy does."""
+
+    def __init__(self, x: Any, stream: int | None = None) -> None:
+        self.x, self.stream = x, stream
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)
 
     def __dlpack__(self, **kwargs: Any) -> Any:
-        return self.x.__dlpack__()
+        if self.stream is None:
+            return self.x.__dlpack__()
+        return self.x.__dlpack__(stream=self.stream)
 
 
 def view_dlpack(x: Any) -> ndarray:
@@ -87,7 +91,10 @@ def view_dlpack(x: Any) -> ndarray:
         return x
     if hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] not in (1, 2):
         raise RuntimeError(f"from_dlpack: unsupported device type {x.__dlpack_device__()}")
-    host = np.from_dlpack(_Host(x))
+    # cupy passes its current stream (1 for the legacy default stream) to a CUDA producer, which
+    # makes that stream wait for its own work on the array (the DLPack protocol's handshake).
+    cuda_producer = hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] == 2
+    host = np.from_dlpack(_Host(x, (cuda.get_current_stream().ptr or 1) if cuda_producer else None))
     face = {
         "shape": host.shape,
         "typestr": host.dtype.str,
