@@ -45,14 +45,27 @@ def _summary(stacks: dict[str, list[tuple[str, str, str]]]) -> str:
     return " ".join(parts) if parts else "(no stack)"
 
 
+RANKS = re.compile(r"^== tests/mpi on (\d+) ranks ==")
+
+
 def where(lines: list[str]) -> dict[int, str]:
-    """Rank -> one line of where its threads were at its last timeout dump."""
+    """Rank -> one line of where its threads were at its last timeout dump.
+
+    When the log names the run's size (the Makefile's ``== tests/mpi on N ranks ==``) and some rank
+    printed no dump while others did, that rank is listed too: a process that never got to dump
+    (its timeout thread never got the interpreter lock) is the likeliest one to be stuck.
+    """
+    size = 0
     dumps: dict[int, dict[str, list[tuple[str, str, str]]]] = {}
     inside: dict[int, bool] = {}
     thread: dict[int, str] = {}
     for raw in lines:
         m = PREFIX.match(raw)
         rank, text = (int(m.group(1)), m.group(2)) if m else (0, raw)
+        header = RANKS.match(text)
+        if header:
+            size, dumps, inside, thread = int(header.group(1)), {}, {}, {}  # a new run: forget the last
+            continue
         if "+++++ Timeout +++++" in text:
             inside[rank] = not inside.get(rank, False)
             if inside[rank]:
@@ -68,7 +81,11 @@ def where(lines: list[str]) -> dict[int, str]:
         f = FRAME.match(text)
         if f and rank in thread:
             dumps[rank][thread[rank]].append((f.group(1), f.group(2), f.group(3)))
-    return {r: _summary(d) for r, d in sorted(dumps.items())}
+    found = {r: _summary(d) for r, d in sorted(dumps.items())}
+    if found:
+        silent = "no stack dump: frozen before its timeout thread could run (the likeliest one stuck)"
+        found.update({r: silent for r in range(size) if r not in found})
+    return dict(sorted(found.items()))
 
 
 def main(argv: list[str]) -> int:
@@ -80,7 +97,7 @@ def main(argv: list[str]) -> int:
     if not found:
         print("where-ranks-were: no timeout dump in the log")
         return 0
-    print(f"where-ranks-were: {len(found)} rank(s) timed out; innermost frames, test first:")
+    print(f"where-ranks-were: {len(found)} rank(s); innermost frames of each, test first:")
     for rank, line in found.items():
         print(f"  rank {rank}: {line}")
     return 0

@@ -65,3 +65,18 @@ def test_names_the_line_each_rank_was_stuck_on(
 
 def test_a_log_without_a_timeout_gives_nothing(where: Callable[[list[str]], dict[int, str]]) -> None:
     assert where(["== tests/mpi on 2 ranks ==", "[rank 1] FAILED x.py::t", "3 passed"]) == {}
+
+
+def test_a_rank_that_printed_no_dump_is_named(where: Callable[[list[str]], dict[int, str]]) -> None:
+    dump = [
+        "+++++++++++++++ Timeout +++++++++++++++",
+        "~~~~~~~~~~ Stack of MainThread (140) ~~~~~~~~~~",
+        '  File "/x/tests/mpi/test_a.py", line 5, in test_a',
+        '  File "/x/mpicomm/objects/wire.py", line 255, in agree',
+        "+++++++++++++++ Timeout +++++++++++++++",
+    ]
+    log = ["== tests/mpi on 2 ranks ==", "== tests/mpi on 3 ranks ==", *dump]
+    log += [f"[rank 1] {line}" for line in dump]
+    found = where(log)
+    assert found[0] == found[1] == "mpi/test_a.py:5 test_a > objects/wire.py:255 agree"
+    assert sorted(found) == [0, 1, 2] and found[2].startswith("no stack dump"), found

@@ -60,7 +60,7 @@ class Memory:
 
 def find(ptr: int) -> tuple[int, int, int, str] | None:
     """The live region that holds address ``ptr``, or None (plain host memory)."""
-    for entry in _regions.values():
+    for entry in tuple(_regions.values()):  # a copy: finalisers (_drop) may run mid-loop, on any thread
         if entry[0] <= ptr < entry[1] or entry[0] == ptr:
             return entry
     return None
