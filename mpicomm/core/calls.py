@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import ArgumentTypeError, CommunicationError
-from . import validation
+from . import validation, watchdog
 from .groups import resolve
 from .work import mpi_text
 
@@ -49,10 +49,19 @@ def collective(
         names = list(signature.parameters)
         flag = names.index("async_op") if "async_op" in names else -1
         state = validation._Flag
+        site, held, timeout = _watched(fn, names, group_of)
+        key = names[held] if held >= 0 else ""
+        push, pop = watchdog._live.append, watchdog._live.remove
 
         @functools.wraps(func)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
             before = state.exchanges
+            token = (
+                site,
+                args[held] if 0 <= held < len(args) else kwargs.get(key) if kwargs else None,
+                None if timeout < 0 else args[timeout] if timeout < len(args) else kwargs.get("timeout"),
+            )
+            push(token)  # the watchdog times the call while its token is on the list
             try:
                 if flag >= 0 and (
                     kwargs or len(args) > flag
@@ -61,10 +70,28 @@ def collective(
                 return func(*args, **kwargs)
             except Exception as exc:
                 raise failed(fn, exc, before, validated, signature, args, kwargs, group_of)  # noqa: B904
+            finally:
+                pop(token)
 
         return call
 
     return wrap
+
+
+def _watched(
+    fn: str, names: list[str], group_of: Callable[..., Any] | None
+) -> tuple[watchdog.Site, int, int]:
+    """The watchdog's site of ``fn``, and the indexes of its token's argument and ``timeout`` (-1: none).
+
+    The token holds the ``group`` argument; for a method whose group is its object's
+    (``KJTAllToAll.__call__``, whose ``group_of`` reads ``self``), the object.
+    """
+    timeout = names.index("timeout") if "timeout" in names and fn in ("barrier", "monitored_barrier") else -1
+    if "group" in names:
+        return watchdog.Site(fn), names.index("group"), timeout
+    if group_of is not None and names and names[0] == "self":
+        return watchdog.Site(fn, lambda obj: group_of({"self": obj})), 0, timeout
+    return watchdog.Site(fn, lambda _: None), -1, timeout
 
 
 def check_flag(fn: str, args: tuple[Any, ...], kwargs: dict[str, Any], flag: int) -> None:

@@ -156,7 +156,6 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
         >>> world.size() == mpicomm.get_world_size()
         True
     """
-    watchdog.watch()  # this thread's blocking calls are timed from now on
     if _State.world is not None:
         if comm is not None and not isinstance(comm, _mpi.MPI.Intracomm):
             raise ArgumentTypeError(
@@ -304,6 +303,7 @@ def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
     return g.ranks[group_rank]
 
 
+@watchdog.timed(watchdog.Site("new_group"), None)
 def new_group(
     ranks: Iterable[int] | None = None,
     timeout: datetime.timedelta | float | None = None,
@@ -430,6 +430,7 @@ def _check_ranks(ranks: Iterable[int] | None, size: int, fn: str) -> list[int]:
     return members
 
 
+@watchdog.timed(watchdog.Site("new_node_group"))
 def new_node_group(group: ProcessGroup | None = None) -> ProcessGroup:
     """Make the group of the ranks of ``group`` that share this node's memory (MPI ``COMM_TYPE_SHARED``).
 

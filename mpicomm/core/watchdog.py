@@ -2,17 +2,21 @@
 
 MPI cannot interrupt a blocking call (``MPI_Allreduce`` waits for every rank, however long), and
 polling a non-blocking one instead would cost the small-call fast paths. So mpicomm bounds blocking
-calls from outside, as torch's NCCL watchdog does: a daemon thread, started by :func:`mpicomm.init`,
-samples the top Python frame (``sys._current_frames()``) of every thread that called
-:func:`mpicomm.init` (the first call's thread, where MPI started by itself) every tenth of the
-shortest timeout (at most once a second). Other threads' frames are never read: CI segfaulted
-reading the top frame of a thread that was ending (pytest-timeout's timer thread), so a thread of
-yours that makes mpicomm calls is watched once it has called ``mpicomm.init()`` itself (a cheap
-call once MPI runs). A thread whose top frame is the same mpicomm frame at two samples in a row
-is blocked in a call (inside MPI, or polling); its stack is then walked once to the public call.
-When that thread has stayed in that frame for longer than the call's bound, the watchdog writes
-what is blocked where (call, group, ranks, timeout, the caller's line) to stderr and aborts the MPI
-job.
+calls from outside, as torch's NCCL watchdog does. Every public call that can block puts a token on
+:data:`_live` as it starts and takes it off as it ends, whatever thread it runs in (about 45 ns a
+call: an append and a remove on a short list). The token names the call's site, its group and, for
+the calls that bound themselves, their ``timeout`` argument; never an array, so the watchdog keeps
+no caller's data alive. A daemon thread, started by :func:`mpicomm.init`, looks at the tokens every
+tenth of the shortest bound (at most once a second). A token still there after the call's bound has
+passed since it was first seen marks a call that is overdue: the watchdog writes what is blocked
+where (call, group, ranks, timeout, the caller's line) to stderr and aborts the MPI job.
+
+The watchdog used to find blocked calls by reading every thread's top frame
+(``sys._current_frames()``). On CPython 3.11 that froze a rank for good in CI (a collection that
+runs inside ``sys._current_frames()`` and frees a ``threading.local`` waits for a lock its own
+thread holds: CPython gh-106883) and crashed it now and then (frames read while another thread was
+between states). Tokens need nothing from other threads' frames; only the message of a watchdog
+that is about to abort the job reads one, to name the caller's line.
 
 The bound of a call is its group's timeout (``init_process_group(timeout=)``,
 ``new_group(timeout=)``; torch's default, 30 minutes, for a group made without one, or
@@ -21,44 +25,94 @@ The bound of a call is its group's timeout (``init_process_group(timeout=)``,
 timeout, ``barrier(timeout=)``, ``monitored_barrier``, ``Work.wait(timeout=)``) raise first. Those
 raise a :class:`~mpicomm.CommunicationError` on the waiting ranks; the watchdog is the backstop
 for everything MPI cannot interrupt.
-
-The calls themselves do nothing for the watchdog: the fast paths cost what they cost without it.
-A frame the watchdog is timing stays referenced by it until its next sample (at most a second),
-so the arguments of a call that just returned may outlive it by that long.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
+import inspect
 import math
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import _mpi
 from ..errors import ArgumentError
 
-__all__ = ["DEFAULT_TIMEOUT", "default_timeout", "forget", "start", "watch"]
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["DEFAULT_TIMEOUT", "Site", "default_timeout", "forget", "start", "timed"]
 
 #: torch's default process-group timeout, in seconds.
 DEFAULT_TIMEOUT = 1800.0
-#: Modules whose frames are mpicomm calls that communicate (not the planner, the apps or the CLI).
-_CALL_MODULES = (
-    "mpicomm.core.",
-    "mpicomm.dense.",
-    "mpicomm.front.",
-    "mpicomm.jagged.",
-    "mpicomm.objects.",
-    "mpicomm.gpu.",
-)
 #: Calls that take their own ``timeout=`` and raise by themselves when it passes, with the factor
 #: of it they may wait (monitored_barrier's other ranks wait twice its timeout for rank 0).
 _SELF_TIMED = {"barrier": 2.0, "monitored_barrier": 2.0, "wait": 2.0}
 _LONGEST_SAMPLE = 1.0
 _SHORTEST_SAMPLE = 0.02
+
+#: The calls under way in this process, any thread: one token each, ``(site, group, timeout)``.
+#: A call appends its own token (a new tuple: tokens are told apart by identity) and removes it in
+#: a ``finally``. Only ProcessGroups, numbers and None go in a token, so ``list.remove``'s equality
+#: tests are cheap and never reach an array.
+_live: list[tuple[Site, Any, Any]] = []
+
+
+class Site:
+    """A public call that can block, as the watchdog names it.
+
+    Args:
+        name: The public name (``all_reduce``, ``Work.wait``, ``KJTAllToAll``).
+        pick: Given the token's second entry, the call's group; by default the entry itself (the
+            call's ``group`` argument).
+    """
+
+    __slots__ = ("factor", "name", "pick")
+
+    def __init__(self, name: str, pick: Callable[[Any], Any] | None = None) -> None:
+        self.name = name
+        self.pick = pick
+        self.factor = _SELF_TIMED.get(name.rsplit(".", 1)[-1])
+
+
+def timed(site: Site, group_arg: str | None = "group", timeout_arg: str | None = None) -> Callable[[F], F]:
+    """Have the watchdog time every call of the decorated function as ``site`` (for calls off the hot path).
+
+    Args:
+        site: How the watchdog names the call.
+        group_arg: The parameter that holds the call's group (None: the world's bound applies).
+        timeout_arg: The parameter that holds the call's own timeout, for the calls that bound
+            themselves.
+
+    Returns:
+        The decorator.
+    """
+
+    def wrap(func: F) -> F:
+        signature = inspect.signature(func)
+
+        @functools.wraps(func)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            token = (
+                site,
+                bound.get(group_arg) if group_arg else None,
+                bound.get(timeout_arg) if timeout_arg else None,
+            )
+            _live.append(token)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _live.remove(token)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 class _Dog:
@@ -66,11 +120,8 @@ class _Dog:
     state: Any = None  # mpicomm.core.groups._State: the world and every group (given to start)
     group_type: Any = None  # mpicomm.core.groups.ProcessGroup
     default: float | None = DEFAULT_TIMEOUT
-    own: dict[Any, bool] = {}  # noqa: RUF012 - code object -> whether it is an mpicomm call
-    tops: dict[int, tuple[Any, float]] = {}  # noqa: RUF012 - thread id -> (its mpicomm top frame, since)
-    seen: dict[int, Any] = {}  # noqa: RUF012 - thread id -> the _Call it is blocked in
-    sampling = threading.Lock()  # held through a sample, which holds the watched threads' top frames
-    watched: dict[int, threading.Thread] = {}  # noqa: RUF012 - ident -> a thread that called init()
+    seen: dict[int, _Call] = {}  # noqa: RUF012 - id of a live token -> the call it stands for
+    own: dict[Any, bool] = {}  # noqa: RUF012 - code object -> whether it is an mpicomm call (messages)
 
 
 def default_timeout() -> float | None:
@@ -113,18 +164,11 @@ def start(state: Any, group_type: type) -> None:
     _Dog.thread.start()
 
 
-def watch() -> None:
-    """Have the watchdog time the calling thread's mpicomm calls (:func:`mpicomm.init` calls this)."""
-    _Dog.watched[threading.get_ident()] = threading.current_thread()
-
-
 def _run() -> None:
-    seen = _Dog.seen
     while True:
         try:
             time.sleep(_interval())
-            with _Dog.sampling:
-                late = _sample(seen, time.monotonic())
+            late = _sample(_Dog.seen, time.monotonic())
         except Exception:  # never let a fault of the watchdog itself end the job (the abort hook)
             forget()
             continue
@@ -133,16 +177,8 @@ def _run() -> None:
 
 
 def forget() -> None:
-    """Drop every frame the watchdog holds (it holds each until its next sample, at most a second).
-
-    For tests that check that a call's arrays or a dropped ``Work`` are freed as soon as the call
-    returns: the frames the watchdog last saw keep their locals alive until it samples again. A
-    sample under way (it holds every thread's top frame while it runs, which on a crowded machine
-    can be a while: it needs the GIL) is let finish first.
-    """
-    with _Dog.sampling:
-        _Dog.seen.clear()
-        _Dog.tops.clear()
+    """Drop the calls the watchdog is timing (their tokens hold groups and numbers, never arrays)."""
+    _Dog.seen = {}
 
 
 def _interval() -> float:
@@ -155,45 +191,34 @@ def _interval() -> float:
 
 
 class _Call:
-    """One public call seen on a thread's stack: its frame, when first seen, and (later) its bound."""
+    """One call under way: its token, when the watchdog first saw it, and its bound (read once)."""
 
-    __slots__ = ("frame", "group", "known", "limit", "name", "since", "source", "top")
+    __slots__ = ("group", "known", "limit", "name", "since", "source", "token")
 
-    def __init__(self, frame: FrameType, since: float, top: FrameType) -> None:
-        self.frame = frame
-        self.top = top  # the thread's top frame, blocked in this call
+    def __init__(self, token: tuple[Site, Any, Any], since: float) -> None:
+        self.token = token
         self.since = since
         self.limit: float | None = None
-        self.name = frame.f_code.co_name
+        self.name = token[0].name
         self.group: Any = None
         self.known = True  # whether the call names its group (a Work does not: the world's applies)
         self.source = ""
 
     def bound(self) -> float:
-        """Seconds after which this call is overdue (read once, from the frame's arguments)."""
+        """Seconds after which this call is overdue."""
         if self.limit is None:
             self.limit = self._bound()
         return self.limit
 
     def _bound(self) -> float:
-        local = self.frame.f_locals
-        if self.frame.f_code.co_filename.endswith("calls.py") and "fn" in local:
-            self.name = str(local["fn"])
-            local = _bound_arguments(local)
-        owner = local.get("self")
-        group = local.get("group")
-        if isinstance(owner, _Dog.group_type):
-            group = owner
-            self.name = f"ProcessGroup.{self.name}"
-        elif owner is not None:
-            self.name = f"{type(owner).__name__}.{self.name}"  # Work.wait, Future.wait, ...
-            self.known = isinstance(group, _Dog.group_type)
+        site, held, own_timeout = self.token
+        group = site.pick(held) if site.pick is not None else held
+        self.known = site.pick is None or isinstance(group, _Dog.group_type)
         self.group = group if isinstance(group, _Dog.group_type) else _Dog.state.world
-        factor = _SELF_TIMED.get(self.name.rsplit(".", 1)[-1])
-        own = _seconds(local.get("timeout")) if factor is not None else None
-        if own is not None and factor is not None:
+        own = _seconds(own_timeout) if site.factor is not None else None
+        if own is not None and site.factor is not None:
             self.source = f"its timeout= argument, {own:g} s"
-            return factor * own + _grace(own)
+            return site.factor * own + _grace(own)
         limit = self.group.timeout if self.group is not None else None
         if limit is not None:
             self.source = f"the timeout group {self.group.name} was made with, {limit:g} s"
@@ -219,67 +244,70 @@ def _grace(limit: float) -> float:
     return max(2.0, limit / 20)
 
 
-def _bound_arguments(local: dict[str, Any]) -> dict[str, Any]:
-    """The named arguments of a call wrapped by :func:`mpicomm.core.calls.collective`."""
-    try:
-        bound = dict(local["signature"].bind_partial(*local["args"], **local["kwargs"]).arguments)
-        group_of = local.get("group_of")
-        if group_of is not None:
-            bound["group"] = group_of(bound)
-    except Exception:
-        return {}
-    return bound
-
-
 def _sample(seen: dict[int, _Call], now: float) -> _Call | None:
-    """Update ``seen`` (thread id -> the call it is blocked in) and return one that is overdue.
+    """Update ``seen`` (id of a live token -> its call) and return a call that is overdue, if any.
 
-    Only each watched thread's top frame is read on every sample. A thread is blocked in a call when the
-    same mpicomm frame object is its top frame at two samples in a row (a thread inside MPI, or
-    polling, stays in one Python frame); only then is its stack walked up to the public call, whose
-    arguments give the bound. Walking the stacks of running threads on every sample, as this did
-    before, segfaulted twice in CI (CPython 3.11: ``f_back`` of a frame another thread popped while
-    the walk let it run); a blocked thread's frames do not move while it is walked, and garbage
-    collection, which could let another thread run mid-walk, is held off during the walk.
+    A token seen at an earlier sample and still live is the same call (the entry holds the token,
+    so its id cannot be reused meanwhile); its time runs from the first sample that saw it.
     """
-    frames = sys._current_frames()
-    me = threading.get_ident()  # a watched thread that samples (a test) must not hold its own frame
-    tops, _Dog.tops = _Dog.tops, {}
-    for ident, thread in list(_Dog.watched.items()):  # a copy: other threads may call init() meanwhile
-        top = frames.get(ident)
-        if top is None or not thread.is_alive():
-            if _Dog.watched.get(ident) is thread:
-                del _Dog.watched[ident]  # the thread has ended (a new thread may reuse its ident)
-        elif ident != me and _is_own(top):
-            _Dog.tops[ident] = (top, tops[ident][1] if ident in tops and tops[ident][0] is top else now)
-    # Only the watched threads' frames are read, and the table goes at once: it also holds this very
-    # frame (kept, a cycle frame -> table -> frame would hold every thread's top frame, and the
-    # arrays in them, until a GC pass) and the frames of threads that may be ending.
-    del frames
-    for ident in [i for i in seen if i not in _Dog.tops or _Dog.tops[i][0] is not seen[i].top]:
-        del seen[ident]
-    for ident, (top, since) in _Dog.tops.items():
-        if since == now:
-            continue  # a new top frame: the thread is running, or has just called in
-        old = seen.get(ident)
-        if old is None:
-            frame = _walk(top)
-            if frame is not None:
-                seen[ident] = _Call(frame, since, top)
-        elif now - old.since > old.bound():
-            return old
-    return None
+    live = {id(t): t for t in list(_live)}  # a copy: calls start and end meanwhile
+    for key in [k for k in seen if k not in live]:
+        del seen[key]
+    late = None
+    for key, token in live.items():
+        call = seen.get(key)
+        if call is None:
+            seen[key] = _Call(token, now)
+        elif late is None and now - call.since > call.bound():
+            late = call
+    return late
 
 
-def _walk(top: FrameType) -> FrameType | None:
-    """:func:`_outermost` of a blocked thread's stack, with garbage collection held off."""
+def _caller_site(name: str) -> str:
+    """``; called at FILE:LINE`` for the thread blocked in the public call ``name``, or ``""``.
+
+    Reads other threads' frames (``sys._current_frames()``, with garbage collection held off), which
+    the watchdog does only here, once, on its way to abort the job. The thread whose outermost
+    mpicomm frame goes by ``name`` is preferred; else the first one in an mpicomm call.
+    """
+    want = name.rsplit(".", 1)[-1]
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _outermost(top)
+        me, first = threading.get_ident(), ""
+        for ident, top in sys._current_frames().items():
+            outer: FrameType | None = None
+            frame: FrameType | None = top
+            while frame is not None and ident != me:
+                if _is_own(frame):
+                    outer = frame
+                frame = frame.f_back
+            caller = outer.f_back if outer is not None else None
+            if outer is None or caller is None:
+                continue
+            site = f"; called at {caller.f_code.co_filename}:{caller.f_lineno}"
+            local = outer.f_locals
+            names = {outer.f_code.co_name, str(local.get("fn")), getattr(local.get("site"), "name", "")}
+            if want in names or name in names:
+                return site
+            first = first or site
+        return first
+    except Exception:
+        return ""
     finally:
         if collecting:
             gc.enable()
+
+
+#: Modules whose frames are mpicomm calls (to find the caller's line for the message).
+_CALL_MODULES = (
+    "mpicomm.core.",
+    "mpicomm.dense.",
+    "mpicomm.front.",
+    "mpicomm.jagged.",
+    "mpicomm.objects.",
+    "mpicomm.gpu.",
+)
 
 
 def _is_own(frame: FrameType) -> bool:
@@ -295,24 +323,13 @@ def _is_own(frame: FrameType) -> bool:
     return own
 
 
-def _outermost(frame: FrameType | None) -> FrameType | None:
-    """The outermost frame of the stack that is an mpicomm call, or None."""
-    found = None
-    while frame is not None:
-        if _is_own(frame):
-            found = frame
-        frame = frame.f_back
-    return found
-
-
 def message(call: _Call, waited: float) -> str:
     """What the watchdog writes before it ends the job."""
     g = call.group
     where = f"group {g.name} (world ranks {_short(g.ranks)})" if g is not None else "its group"
     if not call.known:
         where = f"its operation's group (not known here; the bound of {where} applies)"
-    caller = call.frame.f_back
-    site = f"; called at {caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else ""
+    site = _caller_site(call.name)
     return (
         f"mpicomm watchdog: {call.name} on {where} has been blocked for {waited:.1f} s, past its bound "
         f"({call.source}){site}. Timed out: expected every rank of the group to enter the same call; "

@@ -9,7 +9,11 @@ from typing import Any
 
 from .. import _mpi
 from ..errors import CommunicationError
+from . import watchdog
 from .future import Future
+
+#: How the watchdog names a wait: the operation's group is not known here (the world's bound applies).
+_WAIT = watchdog.Site("Work.wait", lambda _: None)
 
 __all__ = ["Work", "mpi_text"]
 
@@ -77,17 +81,23 @@ class Work:
             CommunicationError: MPI reported an error for this operation, or ``timeout`` passed
                 (a RuntimeError, as torch's); the message names the call (``all_reduce: ...``).
         """
-        if timeout is not None and not self._done:
-            self._wait_until(timeout)
         if not self._done:
+            token = (_WAIT, None, timeout)
+            watchdog._live.append(token)  # the watchdog times the wait while its token is on the list
             try:
-                if self._status is not None:
-                    self._requests[0].Wait(self._status)
-                else:
-                    _mpi.MPI.Request.Waitall(self._requests)
-            except _mpi.MPI.Exception as exc:
-                self._fail(exc)
-            self._complete()
+                if timeout is not None:
+                    self._wait_until(timeout)
+                if not self._done:
+                    try:
+                        if self._status is not None:
+                            self._requests[0].Wait(self._status)
+                        else:
+                            _mpi.MPI.Request.Waitall(self._requests)
+                    except _mpi.MPI.Exception as exc:
+                        self._fail(exc)
+                    self._complete()
+            finally:
+                watchdog._live.remove(token)
         if self._error is not None:
             raise self._error
         return True

@@ -15,7 +15,7 @@ import numpy as np
 from .. import _mpi
 from ..core import validation
 from ..core.groups import ProcessGroup, resolve, timeout_seconds, warn_non_member
-from ..core.watchdog import DEFAULT_TIMEOUT, default_timeout
+from ..core.watchdog import DEFAULT_TIMEOUT, Site, default_timeout, timed
 from ..errors import CommunicationError
 
 __all__ = ["monitored_barrier", "timed_barrier", "wait_until"]
@@ -45,6 +45,7 @@ def wait_until(requests: list[Any], deadline: float) -> list[bool]:
         time.sleep(_POLL)
 
 
+@timed(Site("monitored_barrier"), "group", "timeout")
 def monitored_barrier(
     group: ProcessGroup | None = None,
     timeout: datetime.timedelta | float | None = None,

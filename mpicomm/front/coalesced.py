@@ -12,6 +12,7 @@ from typing import Any
 from ..core.future import Future
 from ..core.groups import ProcessGroup
 from ..core.reduce_op import ReduceOp
+from ..core.watchdog import Site, timed
 from ..core.work import Work
 from ..dense import coalesced
 from ..errors import ArgumentTypeError
@@ -25,6 +26,7 @@ _all_gather_coalesced = front_door(
 )(coalesced.all_gather_coalesced)
 
 
+@timed(Site("all_reduce_coalesced"))
 def all_reduce_coalesced(
     tensors: list[Any] | Any,
     op: ReduceOp = ReduceOp.SUM,
@@ -68,6 +70,7 @@ def all_reduce_coalesced(
     return _future(_all_reduce_coalesced(tensors, op, group, async_op))
 
 
+@timed(Site("all_gather_coalesced"))
 def all_gather_coalesced(
     output_tensor_lists: list[list[Any]],
     input_tensor_list: list[Any],

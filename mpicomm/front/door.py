@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..core import validation
+from ..core import validation, watchdog
 from ..core.calls import check_flag, failed
 from ..core.work import Work
 from . import kinds
@@ -118,6 +118,7 @@ class _Plan:
 
         def all_reduce(tensor, op=_d_op, group=_d_group, async_op=_d_async_op):
             before = _state.exchanges
+            _push(_tok := (_site, group, None))                    # the watchdog's token
             try:
                 if (_get(type(tensor)) in _PLAIN or _all_numpy(tensor)) and (async_op is False or ...):
                     return _host(tensor, op, group, async_op)          # numpy: straight through
@@ -133,6 +134,8 @@ class _Plan:
                 return _slow([tensor, op, group, async_op])            # every other kind
             except Exception as exc:
                 raise _failed(exc, before, [tensor, op, group, async_op])
+            finally:
+                _pop(_tok)                                         # the call is over
         """
         env: dict[str, Any] = {
             "_host": self.host,
@@ -147,6 +150,9 @@ class _Plan:
             "_all_numpy": _all_numpy,
             "_views": _VIEWS.get,
             "_torch_numpy": _torch_numpy,
+            "_push": watchdog._live.append,
+            "_pop": watchdog._live.remove,
+            "_site": watchdog.Site(self.fn),
         }
         arrays = [name for _, name, _ in self.slots]
         heads: list[str] = []
@@ -179,9 +185,11 @@ class _Plan:
         )
         values = f"[{', '.join(self.names)}]"
         seen = ", ".join(f"id(_v_{a}): {a}" for a in arrays)
+        group = "group" if "group" in self.names else "None"
         lines = [
             f"def {self.fn}({', '.join(heads)}):",
             "    before = _state.exchanges",
+            f"    _push(_tok := (_site, {group}, None))  # the watchdog's token: this call is under way",
             "    try:",
             f"        if {numpy_test}:",
             f"            return _host({', '.join(passes)})",
@@ -195,6 +203,8 @@ class _Plan:
             f"        return _slow({values})",
             "    except Exception as exc:",
             f"        raise _failed(exc, before, {values})",
+            "    finally:",
+            "        _pop(_tok)",
         ]
         exec(compile("\n".join(lines) + "\n", f"<front door: {self.fn}>", "exec"), env)
         call: Callable[..., Any] = env[self.fn]

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.reduce_op import ReduceOp
+from ..core.watchdog import Site, timed
 from ..core.work import Work, completed
 from ..dense import gathers
 from ..errors import ArgumentError, ArgumentTypeError
@@ -38,6 +39,7 @@ def is_sparse(x: object) -> bool:
     return torch is not None and isinstance(x, torch.Tensor) and x.layout == torch.sparse_coo
 
 
+@timed(Site("all_reduce_sparse"))
 def all_reduce_sparse(
     tensor: Any,
     op: ReduceOp = _SUM,

@@ -165,115 +165,121 @@ def test_a_bad_mpicomm_timeout_is_refused_by_name(monkeypatch, text):
         watchdog.default_timeout()
 
 
-def test_a_sample_walks_only_a_thread_blocked_in_one_mpicomm_frame():
-    """A thread whose top frame is the same mpicomm frame at two samples is blocked: its call is timed.
+def test_a_call_under_way_is_timed_from_the_first_sample_that_saw_it_in_any_thread():
+    """A call's token on the watchdog's list from start to end; a sample times it, then forgets it.
 
-    The frame stands for an mpicomm function waiting inside C (as in an MPI call): a function made
-    with an mpicomm module name, blocked on a lock.
+    The call runs in a thread that never called ``mpicomm.init()``: every thread's calls are timed.
     """
     import threading
-    import time
 
+    import mpicomm
     from mpicomm.core import watchdog
 
-    lock = threading.Lock()
+    mpicomm.init()
+    lock, inside = threading.Lock(), threading.Event()
     lock.acquire()
-    env = {"__name__": "mpicomm.dense.stand_in", "lock": lock, "watch": watchdog.watch}
-    exec("def blocked():\n    watch()\n    lock.acquire(timeout=5)\n", env)
-    thread = threading.Thread(target=env["blocked"], daemon=True)
+
+    @watchdog.timed(watchdog.Site("stand_in"))
+    def blocked(group: object = None) -> None:
+        inside.set()
+        lock.acquire(timeout=5)
+
+    thread = threading.Thread(target=blocked, daemon=True)
     thread.start()
-    time.sleep(0.05)
+    inside.wait(5)
     seen: dict = {}
-    with watchdog._Dog.sampling:  # the process's own watchdog (started by init) waits meanwhile
-        try:
-            assert watchdog._sample(seen, 1.0) is None
-            assert seen == {}  # one sample: the thread may be running
-            assert watchdog._sample(seen, 2.0) is None
-            assert [(c.name, c.since) for c in seen.values()] == [("blocked", 1.0)]
-        finally:
-            lock.release()
-            thread.join(5)
-        watchdog._sample(seen, 3.0)
-        assert seen == {}  # the call returned and the thread ended: nothing is kept
-
-
-def test_a_sample_leaves_no_cycle_that_holds_a_threads_arrays():
-    """A finished sample keeps no frame alive beyond what it records (the blocked calls' frames).
-
-    ``sys._current_frames()`` includes the sampling thread's own frame; kept in the sample's locals,
-    it made a cycle (frame -> frames -> frame) that held every thread's top frame, and a 1 MiB
-    tensor in one of them, until the next GC pass (seen in CI at 4 ranks).
-    """
-    import gc
-    import threading
-    import time
-    import weakref
-
-    from mpicomm.core import watchdog
-
-    class Payload:  # stands for a user's array in a frame of a thread that is inside a call
-        pass
-
-    release = threading.Event()
-    captured: list[weakref.ref] = []
-
-    def inside_a_call() -> None:
-        watchdog.watch()
-        payload = Payload()
-        captured.append(weakref.ref(payload))
-        release.wait(5)
-
-    thread = threading.Thread(target=inside_a_call, daemon=True)
-    thread.start()
-    while not captured:
-        time.sleep(0.001)
-    collecting = gc.isenabled()
-    gc.disable()
     try:
-        with watchdog._Dog.sampling:  # the process's own watchdog (started by init) waits meanwhile
-            watchdog._sample({}, 1.0)
-            release.set()
-            thread.join(5)
-            watchdog._Dog.tops.clear()  # what the sample keeps on purpose (the last top frames)
-            assert captured[0]() is None  # freed when its thread ended, without a GC pass
+        assert watchdog._sample(seen, 1.0) is None
+        assert watchdog._sample(seen, 2.0) is None
+        assert [(c.name, c.since) for c in seen.values()] == [("stand_in", 1.0)]
+        (call,) = seen.values()
+        assert call.bound() >= 2.0 and "timeout" in call.source
+        assert watchdog._sample(seen, 1.0 + call.bound() + 0.5) is call  # overdue
     finally:
-        if collecting:
-            gc.enable()
+        lock.release()
+        thread.join(5)
+    assert watchdog._sample(seen, 3.0) is None
+    assert seen == {}  # the call returned: nothing is kept
 
 
-def test_a_thread_that_never_called_init_is_not_sampled():
-    """Only threads that called mpicomm.init() are read: another thread's frames may be ending.
+def test_a_sample_reads_no_frame_of_another_thread(monkeypatch):
+    """Sampling never calls ``sys._current_frames()``.
 
-    CI segfaulted in the watchdog reading the top frame of pytest-timeout's timer thread as it
-    ended; a thread blocked in an mpicomm frame without having called init() is left alone, and the
-    same thread is timed once it has called it.
+    On CPython 3.11 a collection that runs inside it and frees a ``threading.local`` waits for a lock
+    its own thread holds (CPython gh-106883): a rank froze for good in CI that way, and reading
+    frames of running threads crashed it now and then.
     """
+    import sys
     import threading
-    import time
 
+    import mpicomm
     from mpicomm.core import watchdog
 
-    lock, go = threading.Lock(), threading.Event()
-    lock.acquire()
-    env = {"__name__": "mpicomm.dense.stand_in", "lock": lock, "go": go, "watch": watchdog.watch}
-    exec("def blocked():\n    go.wait(5)\n    watch()\n    lock.acquire(timeout=5)\n", env)
-    thread = threading.Thread(target=env["blocked"], daemon=True)
+    mpicomm.init()
+
+    def refuse() -> dict:
+        raise AssertionError("sys._current_frames() called by a sample")
+
+    monkeypatch.setattr(sys, "_current_frames", refuse)
+    go, done = threading.Event(), threading.Event()
+
+    @watchdog.timed(watchdog.Site("stand_in"))
+    def blocked(group: object = None) -> None:
+        go.set()
+        done.wait(5)
+
+    thread = threading.Thread(target=blocked, daemon=True)
     thread.start()
+    go.wait(5)
     seen: dict = {}
-    with watchdog._Dog.sampling:  # the process's own watchdog (started by init) waits meanwhile
-        try:
-            time.sleep(0.05)
-            watchdog._sample(seen, 1.0)  # also drops an ended thread that had the same ident
-            watchdog._sample(seen, 2.0)
-            assert watchdog._Dog.watched.get(thread.ident) is not thread
-            assert thread.ident not in watchdog._Dog.tops and seen == {}
-            go.set()
-            time.sleep(0.05)
-            watchdog._sample(seen, 3.0)
-            watchdog._sample(seen, 4.0)
-            assert [(c.name, c.since) for c in seen.values()] == [("blocked", 3.0)]
-        finally:
-            lock.release()
-            thread.join(5)
-        watchdog._sample(seen, 5.0)
-        assert thread.ident not in watchdog._Dog.watched  # an ended thread leaves the watched set
+    try:
+        watchdog._sample(seen, 1.0)
+        watchdog._sample(seen, 2.0)
+        assert [c.name for c in seen.values()] == ["stand_in"]
+    finally:
+        done.set()
+        thread.join(5)
+
+
+def test_a_front_door_token_holds_the_group_and_no_array():
+    """The token of a call through the front door: its site, its group, no array (none kept alive)."""
+    import sys
+
+    import numpy as np
+
+    import mpicomm
+    from mpicomm.core import watchdog
+
+    world = mpicomm.init()
+    seen: list = []
+
+    def profile(frame, event, arg):
+        host = not frame.f_code.co_filename.startswith("<front door")  # the host code, inside the call
+        if event == "call" and frame.f_code.co_name == "all_reduce" and host and not seen:
+            seen.append(list(watchdog._live))
+
+    x = np.ones(4)
+    sys.setprofile(profile)
+    try:
+        mpicomm.all_reduce(x, group=world)
+    finally:
+        sys.setprofile(None)
+    tokens = [t for t in seen[0] if t[0].name == "all_reduce"]
+    assert len(tokens) == 1 and tokens[0][1] is world, seen
+    assert not any(isinstance(v, np.ndarray) for t in seen[0] for v in t)
+    assert not [t for t in watchdog._live if t[0].name == "all_reduce"]  # gone when the call returned
+
+
+def test_a_failing_call_takes_its_token_off_the_list():
+    import pytest
+
+    import mpicomm
+    from mpicomm.core import watchdog
+
+    mpicomm.init()
+    before = list(watchdog._live)
+    with pytest.raises(mpicomm.ArgumentTypeError):
+        mpicomm.all_reduce("not an array")
+    with pytest.raises(mpicomm.ArgumentTypeError):
+        mpicomm.barrier(async_op="no")
+    assert watchdog._live == before
