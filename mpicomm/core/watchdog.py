@@ -58,8 +58,8 @@ _SHORTEST_SAMPLE = 0.02
 
 #: The calls under way in this process, any thread: one token each, ``(site, group, timeout)``.
 #: A call appends its own token (a new tuple: tokens are told apart by identity) and removes it in
-#: a ``finally``. Only ProcessGroups, numbers and None go in a token, so ``list.remove``'s equality
-#: tests are cheap and never reach an array.
+#: a ``finally``. A token holds the call's ``group`` and ``timeout`` arguments as given (groups,
+#: numbers, None), never its arrays, so ``list.remove``'s equality tests stay cheap.
 _live: list[tuple[Site, Any, Any]] = []
 
 
@@ -98,7 +98,10 @@ def timed(site: Site, group_arg: str | None = "group", timeout_arg: str | None =
 
         @functools.wraps(func)
         def call(*args: Any, **kwargs: Any) -> Any:
-            bound = signature.bind_partial(*args, **kwargs).arguments
+            try:
+                bound = signature.bind_partial(*args, **kwargs).arguments
+            except TypeError:  # the function raises its own TypeError below
+                bound = {}
             token = (
                 site,
                 bound.get(group_arg) if group_arg else None,

@@ -172,7 +172,8 @@ def _stage(
     try:
         return 0, "", Outgoing(buffers)
     except Exception as exc:
-        return 2, f"{fn}: the device arrays cannot be staged to send on rank {rank}: {describe(exc)}", None
+        why = describe(exc, where=True)
+        return 2, f"{fn}: the device arrays cannot be staged to send on rank {rank}: {why}", None
 
 
 def _received(incoming: Incoming, fn: str, rank: int) -> tuple[list[Any], int, str]:
@@ -183,4 +184,5 @@ def _received(incoming: Incoming, fn: str, rank: int) -> tuple[list[Any], int, s
     bufs, exc = incoming.result()
     if exc is None:
         return bufs, 0, ""
-    return [], 2, f"{fn}: the device arrays sent cannot be received on rank {rank}: {describe(exc)}"
+    why = describe(exc, where=True)
+    return [], 2, f"{fn}: the device arrays sent cannot be received on rank {rank}: {why}"

@@ -316,9 +316,21 @@ def _walk(obj: Any, convert: Any, seen: set[int]) -> Any:
     return obj
 
 
-def describe(exc: BaseException) -> str:
-    """An exception as ``"TypeError: cannot pickle '_thread.lock' object"``."""
-    return f"{type(exc).__name__}: {exc}"
+def describe(exc: BaseException, where: bool = False) -> str:
+    """An exception as ``"TypeError: cannot pickle '_thread.lock' object"``.
+
+    With ``where``, the place it was raised follows (``" (at cupy/_memory.py:63, in find)"``): for
+    errors of other libraries, whose traceback stays on the rank where they happened.
+    """
+    text = f"{type(exc).__name__}: {exc}"
+    tb = exc.__traceback__
+    if not where or tb is None:
+        return text
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    path = "/".join(code.co_filename.replace("\\", "/").split("/")[-2:])
+    return f"{text} (at {path}:{tb.tb_lineno}, in {code.co_name})"
 
 
 def error_kind(exc: BaseException) -> int:

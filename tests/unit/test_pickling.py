@@ -325,3 +325,18 @@ def test_place_walks_namedtuples_and_frozen_dataclasses():
     got = pickling._walk(obj, to_list, set())
     assert got["pair"] == Pair([0, 1], "p") and type(got["pair"]) is Pair
     assert got["frozen"] == Frozen([0, 1, 2], "f")
+
+
+def test_describe_names_where_an_error_of_another_library_was_raised():
+    from mpicomm.objects.pickling import describe
+
+    def deep() -> None:
+        raise RuntimeError("dictionary changed size during iteration")
+
+    try:
+        deep()
+    except RuntimeError as exc:
+        assert describe(exc) == "RuntimeError: dictionary changed size during iteration"
+        assert describe(exc, where=True).endswith(
+            f"(at unit/test_pickling.py:{deep.__code__.co_firstlineno + 1}, in deep)"
+        )
