@@ -131,3 +131,25 @@ def test_activation_is_undone_after_the_block() -> None:
     with fakecupy.active() as cp:
         assert cp.IS_FAKE and fakecupy.is_active()
     assert "cupy" not in sys.modules
+
+
+def test_find_reads_the_region_table_again_when_a_finaliser_shrinks_it_meanwhile(
+    cp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collection inside the copy of the table runs ``_drop`` (CI: "dictionary changed size")."""
+    memory = cp._memory
+    d = cp.zeros(4)
+
+    class Shrinking(dict):  # type: ignore[type-arg]
+        tries = 0
+
+        def values(self) -> Any:
+            Shrinking.tries += 1
+            if Shrinking.tries == 1:
+                raise RuntimeError("dictionary changed size during iteration")
+            return super().values()
+
+    monkeypatch.setattr(memory, "_regions", Shrinking(memory._regions))
+    region = memory.find(d.data.ptr)
+    assert region is not None and region[0] == d.data.ptr and region[3] == memory.DEVICE
+    assert Shrinking.tries == 2

@@ -60,10 +60,21 @@ class Memory:
 
 def find(ptr: int) -> tuple[int, int, int, str] | None:
     """The live region that holds address ``ptr``, or None (plain host memory)."""
-    for entry in tuple(_regions.values()):  # a copy: finalisers (_drop) may run mid-loop, on any thread
+    for entry in _snapshot():
         if entry[0] <= ptr < entry[1] or entry[0] == ptr:
             return entry
     return None
+
+
+def _snapshot() -> list[tuple[int, int, int, str]]:
+    """The regions now. A collection can run a finaliser (:func:`_drop`) that shrinks the table
+    while a copy is made (``tuple(d.values())`` allocates after its iterator has started: CI saw
+    "dictionary changed size during iteration" there); then the copy is made again."""
+    while True:
+        try:
+            return list(_regions.values())
+        except RuntimeError:
+            continue
 
 
 def totals() -> dict[str, int]:
