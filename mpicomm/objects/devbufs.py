@@ -205,13 +205,18 @@ class Incoming:
         pool = _need(Hooks.pool, "pool")()
         stream = be.current_stream()
         out = list(self.bufs)
+        queued = False
         try:
             for i, host in self.up:
                 dev = be.empty((host.size,), U8)
+                queued = True
                 be.to_device(dev, host, stream)
                 out[i] = dev
             stream.synchronize()  # the pinned buffers are read before they go back to the pool
+            queued = False
         finally:
+            if queued:  # a later upload failed: the earlier ones may still read their buffers
+                _quietly(stream.synchronize)
             for _, host in self.up:
                 pool.release(host)
             self.up = []
@@ -244,3 +249,11 @@ def own_copy(buf: Any) -> Any:
     if isinstance(buf, memoryview):
         return np.frombuffer(buf, U8).copy()
     return flat_bytes(buf).copy()
+
+
+def _quietly(step: Callable[[], Any]) -> None:
+    """Run ``step`` on an error path, where the first error is the one to report."""
+    try:
+        step()
+    except Exception:
+        return

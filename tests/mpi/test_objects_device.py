@@ -496,3 +496,35 @@ def test_a_receiver_whose_device_upload_fails_makes_every_rank_raise(
         MPI.COMM_WORLD.Barrier()
     else:
         same_everywhere(str(err.value))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_receiver_whose_second_upload_fails_lets_the_first_finish_before_its_buffer_goes_back(
+    cp: Any, staged_path: None, monkeypatch: pytest.MonkeyPatch, world: mpicomm.ProcessGroup
+) -> None:
+    """An upload queued before the failing one still reads its pinned buffer: it must run first.
+
+    Otherwise the buffer goes back to the pool (and on to another call, or is freed) with a copy
+    from it still queued on the stream.
+    """
+    from mpicomm.gpu.backend import backend
+
+    be = backend()
+    done: list[int] = []
+
+    def second_fails(dev: Any, host: np.ndarray, stream: Any) -> None:
+        done.append(1)
+        if len(done) == 2:
+            raise RuntimeError("injected copy failure")
+        be_to_device(dev, host, stream)
+
+    be_to_device = be.to_device
+    r = world.rank()
+    if r == 1:
+        monkeypatch.setattr(be, "to_device", second_fails)
+    x, y = cp.arange(1000, dtype=cp.float64), cp.arange(2000, dtype=cp.float64)  # two device buffers
+    with pytest.raises(ObjectCollectiveError, match=r"cannot be received on rank 1.*injected"):
+        mpicomm.broadcast_object_list([{"x": x, "y": y}] if r == 0 else [None], src=0)
+    if r == 1:
+        assert len(done) == 2
+        assert cp._fake.pending() == 0, "a queued upload still reads a pinned buffer given back"
