@@ -93,9 +93,11 @@ test-gpu: venv ## the GPU tests at 2 ranks (needs cupy and a GPU; skipped otherw
 # The C calls (mpicomm.core.cmpi) serve the common calls in every run above; this run switches them
 # off, so the mpi4py path that a machine without a C compiler takes stays tested too.
 test-no-c: venv ## the multi-rank tests at 2 ranks with the C calls off (MPICOMM_C=0): the mpi4py path
+	@echo "== tests/mpi, C calls off, on 2 ranks =="
 	MPICOMM_C=0 timeout 1200 $(MPIEXEC) $(MPIFLAGS) -n 2 $(MPI_PYTEST) tests/mpi
 
 test-gpu-fake: venv ## tests/gpu on the fake cupy (tests/fakecupy) at 2 ranks: CPU emulation, not GPU verification
+	@echo "== tests/gpu on the fake cupy, on 2 ranks =="
 	PYTHONPATH=tests/fakecupy MPICOMM_CUDA_AWARE=0 timeout 600 $(MPIEXEC) $(MPIFLAGS) -n 2 $(MPI_PYTEST) tests/gpu
 
 CUPY_VENV  ?= .venv-cupy

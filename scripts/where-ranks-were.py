@@ -45,13 +45,13 @@ def _summary(stacks: dict[str, list[tuple[str, str, str]]]) -> str:
     return " ".join(parts) if parts else "(no stack)"
 
 
-RANKS = re.compile(r"^== tests/mpi on (\d+) ranks ==")
+RANKS = re.compile(r"^== .* on (\d+) ranks")
 
 
 def where(lines: list[str]) -> dict[int, str]:
     """Rank -> one line of where its threads were at its last timeout dump.
 
-    When the log names the run's size (the Makefile's ``== tests/mpi on N ranks ==``) and some rank
+    When the log names the run's size (the Makefile's ``== ... on N ranks ...`` line before each multi-rank run) and some rank
     printed no dump while others did, that rank is listed too: a process that never got to dump
     (its timeout thread never got the interpreter lock) is the likeliest one to be stuck.
     """

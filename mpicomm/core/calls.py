@@ -51,12 +51,13 @@ def collective(
         state = validation._Flag
         site, held, timeout = _watched(fn, names, group_of)
         key = names[held] if held >= 0 else ""
-        push, pop = watchdog._live.append, watchdog._live.remove
+        push, pop, serial = watchdog._live.append, watchdog._live.remove, watchdog.serial
 
         @functools.wraps(func)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
             before = state.exchanges
             token = (
+                serial(),
                 site,
                 args[held] if 0 <= held < len(args) else kwargs.get(key) if kwargs else None,
                 None if timeout < 0 else args[timeout] if timeout < len(args) else kwargs.get("timeout"),

@@ -33,6 +33,9 @@ __all__ = [
     "new_node_group",
 ]
 
+#: How the watchdog names init's collective (Comm.Dup on the world): the default bound applies.
+_INIT = watchdog.Site("init", lambda _: None)
+
 
 class DefaultGroupError(GroupError, ValueError):
     """The default (world) group is not in a state that allows the call.
@@ -177,7 +180,12 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
         raise ArgumentTypeError(
             f"init: comm is a {type(comm).__qualname__}; expected an mpi4py.MPI.Intracomm"
         )
-    dup = comm.Dup()
+    token = (watchdog.serial(), _INIT, None, None)  # a second init (after destroy) is timed
+    watchdog._live.append(token)
+    try:
+        dup = comm.Dup()
+    finally:
+        watchdog._live.remove(token)
     cmpi.bind()
     world = ProcessGroup(dup, list(range(dup.Get_size())), "world")
     _State.world = world

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import gc
 import inspect
+import itertools
 import math
 import os
 import sys
@@ -56,11 +57,14 @@ _SELF_TIMED = {"barrier": 2.0, "monitored_barrier": 2.0, "wait": 2.0}
 _LONGEST_SAMPLE = 1.0
 _SHORTEST_SAMPLE = 0.02
 
-#: The calls under way in this process, any thread: one token each, ``(site, group, timeout)``.
-#: A call appends its own token (a new tuple: tokens are told apart by identity) and removes it in
-#: a ``finally``. A token holds the call's ``group`` and ``timeout`` arguments as given (groups,
-#: numbers, None), never its arrays, so ``list.remove``'s equality tests stay cheap.
-_live: list[tuple[Site, Any, Any]] = []
+#: The calls under way in this process, any thread: one token each, ``(serial, site, group,
+#: timeout)``. A call appends its own token and removes it in a ``finally``. The serial number
+#: (:data:`serial`) makes every token unequal to every other, so ``list.remove`` takes the call's
+#: own token, never another thread's equal one, and stops comparing at the first entry. A token
+#: holds the call's ``group`` and ``timeout`` arguments as given, never its arrays.
+_live: list[tuple[int, Site, Any, Any]] = []
+#: The next token's serial number (``itertools.count``'s ``__next__`` is atomic in CPython).
+serial = itertools.count().__next__
 
 
 class Site:
@@ -103,6 +107,7 @@ def timed(site: Site, group_arg: str | None = "group", timeout_arg: str | None =
             except TypeError:  # the function raises its own TypeError below
                 bound = {}
             token = (
+                serial(),
                 site,
                 bound.get(group_arg) if group_arg else None,
                 bound.get(timeout_arg) if timeout_arg else None,
@@ -198,11 +203,11 @@ class _Call:
 
     __slots__ = ("group", "known", "limit", "name", "since", "source", "token")
 
-    def __init__(self, token: tuple[Site, Any, Any], since: float) -> None:
+    def __init__(self, token: tuple[int, Site, Any, Any], since: float) -> None:
         self.token = token
         self.since = since
         self.limit: float | None = None
-        self.name = token[0].name
+        self.name = token[1].name
         self.group: Any = None
         self.known = True  # whether the call names its group (a Work does not: the world's applies)
         self.source = ""
@@ -214,7 +219,7 @@ class _Call:
         return self.limit
 
     def _bound(self) -> float:
-        site, held, own_timeout = self.token
+        _, site, held, own_timeout = self.token
         group = site.pick(held) if site.pick is not None else held
         self.known = site.pick is None or isinstance(group, _Dog.group_type)
         self.group = group if isinstance(group, _Dog.group_type) else _Dog.state.world

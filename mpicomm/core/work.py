@@ -82,25 +82,29 @@ class Work:
                 (a RuntimeError, as torch's); the message names the call (``all_reduce: ...``).
         """
         if not self._done:
-            token = (_WAIT, None, timeout)
+            token = (watchdog.serial(), _WAIT, None, timeout)
             watchdog._live.append(token)  # the watchdog times the wait while its token is on the list
             try:
-                if timeout is not None:
-                    self._wait_until(timeout)
-                if not self._done:
-                    try:
-                        if self._status is not None:
-                            self._requests[0].Wait(self._status)
-                        else:
-                            _mpi.MPI.Request.Waitall(self._requests)
-                    except _mpi.MPI.Exception as exc:
-                        self._fail(exc)
-                    self._complete()
+                self._wait(timeout)
             finally:
                 watchdog._live.remove(token)
         if self._error is not None:
             raise self._error
         return True
+
+    def _wait(self, timeout: datetime.timedelta | float | None = None) -> None:
+        """:meth:`wait`'s work, without the watchdog's token (for a call that has its own, with its group)."""
+        if timeout is not None and not self._done:
+            self._wait_until(timeout)
+        if not self._done:
+            try:
+                if self._status is not None:
+                    self._requests[0].Wait(self._status)
+                else:
+                    _mpi.MPI.Request.Waitall(self._requests)
+            except _mpi.MPI.Exception as exc:
+                self._fail(exc)
+            self._complete()
 
     def _wait_until(self, timeout: datetime.timedelta | float) -> None:
         seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)

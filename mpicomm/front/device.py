@@ -232,7 +232,8 @@ def _staged(
         if not allocates:
             return StagedWork(out, stage, shown)
         try:  # calls that allocate their outputs finish here, and hand back a completed Work
-            out.wait()
+            out._wait()  # timed by the call's own token, with its group's bound
+            out.wait()  # raises the operation's error, if any (done by now: no token stays long)
         except BaseException:
             stage.release()
             raise

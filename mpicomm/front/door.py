@@ -118,7 +118,7 @@ class _Plan:
 
         def all_reduce(tensor, op=_d_op, group=_d_group, async_op=_d_async_op):
             before = _state.exchanges
-            _push(_tok := (_site, group, None))                    # the watchdog's token
+            _push(_tok := (_serial(), _site, group, None))         # the watchdog's token
             try:
                 if (_get(type(tensor)) in _PLAIN or _all_numpy(tensor)) and (async_op is False or ...):
                     return _host(tensor, op, group, async_op)          # numpy: straight through
@@ -153,6 +153,7 @@ class _Plan:
             "_push": watchdog._live.append,
             "_pop": watchdog._live.remove,
             "_site": watchdog.Site(self.fn),
+            "_serial": watchdog.serial,
         }
         arrays = [name for _, name, _ in self.slots]
         heads: list[str] = []
@@ -189,7 +190,7 @@ class _Plan:
         lines = [
             f"def {self.fn}({', '.join(heads)}):",
             "    before = _state.exchanges",
-            f"    _push(_tok := (_site, {group}, None))  # the watchdog's token: this call is under way",
+            f"    _push(_tok := (_serial(), _site, {group}, None))  # the watchdog's token: the call is on",
             "    try:",
             f"        if {numpy_test}:",
             f"            return _host({', '.join(passes)})",

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
+from ..core import watchdog
 from ..core.groups import init
 from ..errors import ArgumentError, ArgumentTypeError
 
@@ -81,6 +82,7 @@ def env_local_rank(env: Mapping[str, str]) -> tuple[str, int] | None:
     return None
 
 
+@watchdog.timed(watchdog.Site("local_rank"), None)
 def local_rank() -> int:
     """This process's rank among the world group's processes on its node (MPI ``COMM_TYPE_SHARED``).
 

@@ -24,7 +24,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..core.work import Work
+from ..core import watchdog
+from ..core.work import _WAIT, Work
 from .backend import backend
 from .staging import HostBufferPool
 
@@ -176,6 +177,14 @@ class StagedWork(Work):
 
     def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
         """Block until the data is in the device arrays and return True (``timeout`` as Work's)."""
+        token = (watchdog.serial(), _WAIT, None, timeout)
+        watchdog._live.append(token)  # the uploads are timed too, not only the MPI wait
+        try:
+            return self._wait_and_upload(timeout)
+        finally:
+            watchdog._live.remove(token)
+
+    def _wait_and_upload(self, timeout: datetime.timedelta | float | None) -> bool:
         if timeout is not None and not self._inner.is_completed():
             self._inner.wait(timeout)  # a timeout raises while the operation is pending: nothing uploaded
         try:

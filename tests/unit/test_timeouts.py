@@ -264,10 +264,10 @@ def test_a_front_door_token_holds_the_group_and_no_array():
         mpicomm.all_reduce(x, group=world)
     finally:
         sys.setprofile(None)
-    tokens = [t for t in seen[0] if t[0].name == "all_reduce"]
-    assert len(tokens) == 1 and tokens[0][1] is world, seen
+    tokens = [t for t in seen[0] if t[1].name == "all_reduce"]
+    assert len(tokens) == 1 and tokens[0][2] is world, seen
     assert not any(isinstance(v, np.ndarray) for t in seen[0] for v in t)
-    assert not [t for t in watchdog._live if t[0].name == "all_reduce"]  # gone when the call returned
+    assert not [t for t in watchdog._live if t[1].name == "all_reduce"]  # gone when the call returned
 
 
 def test_a_failing_call_takes_its_token_off_the_list():
@@ -283,3 +283,37 @@ def test_a_failing_call_takes_its_token_off_the_list():
     with pytest.raises(mpicomm.ArgumentTypeError):
         mpicomm.barrier(async_op="no")
     assert watchdog._live == before
+
+
+def test_a_call_takes_off_its_own_token_not_another_threads_equal_one():
+    """Two calls of one site on one group: the one that returns must not take the other's token.
+
+    Tokens were equal tuples then, and ``list.remove`` takes the first equal one: a thread blocked
+    in ``Work.wait`` lost its token (and its timing restarted) each time another thread waited.
+    """
+    import threading
+
+    import mpicomm
+    from mpicomm.core import watchdog
+
+    mpicomm.init()
+    site = watchdog.Site("stand_in")
+    go, done = threading.Event(), threading.Event()
+
+    @watchdog.timed(site)
+    def call(wait: bool, group: object = None) -> None:
+        if wait:
+            go.set()
+            done.wait(5)
+
+    thread = threading.Thread(target=call, args=(True,), daemon=True)
+    thread.start()
+    go.wait(5)
+    try:
+        (blocked,) = [t for t in watchdog._live if t[1] is site]
+        call(False)  # the same site and group, returns at once
+        assert [t for t in watchdog._live if t[1] is site] == [blocked]
+        assert next(t for t in watchdog._live if t[1] is site) is blocked
+    finally:
+        done.set()
+        thread.join(5)
