@@ -51,9 +51,10 @@ RANKS = re.compile(r"^== .* on (\d+) ranks")
 def where(lines: list[str]) -> dict[int, str]:
     """Rank -> one line of where its threads were at its last timeout dump.
 
-    When the log names the run's size (the Makefile's ``== ... on N ranks ...`` line before each multi-rank run) and some rank
-    printed no dump while others did, that rank is listed too: a process that never got to dump
-    (its timeout thread never got the interpreter lock) is the likeliest one to be stuck.
+    When the log names the run's size (the Makefile prints ``== ... on N ranks ...`` before each
+    multi-rank run) and some rank printed no dump while others did, that rank is listed too: a
+    process that never got to dump (its timeout thread never got the interpreter lock) is the
+    likeliest one to be stuck.
     """
     size = 0
     dumps: dict[int, dict[str, list[tuple[str, str, str]]]] = {}
