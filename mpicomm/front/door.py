@@ -261,12 +261,12 @@ class _Plan:
 
 
 #: CPU tensors' numpy views, by the tensor's id, with the pointer, shape, strides and dtype they were
-#: made for: a hit costs ~0.2 us where ``tensor.numpy()`` costs ~0.55 us, and at 1 MiB and up MPICH's
-#: shared-memory exchange turns that half microsecond before the call into 5-40 us per call (see
-#: docs/benchmarks.rst). An entry holds its tensor weakly and leaves when the tensor dies, so no other
-#: tensor can be served it under a reused id and no dead tensor's memory is held; at most 8 entries are
-#: kept. Any change of the tensor's memory or layout (``resize_``, ``set_``, ``transpose_``,
-#: ``.data =``) changes one of the four, and the view is made again.
+#: made for: a hit costs ~0.3 us where ``tensor.numpy()`` costs ~0.6 us with warm caches, and 3 us
+#: where it costs 15-24 us after a >= 1 MiB transfer has emptied L1 and L2 (docs/benchmarks.rst,
+#: "torch tensors with cold caches"). An entry holds its tensor weakly and leaves when the tensor
+#: dies, so no other tensor can be served it under a reused id and no dead tensor's memory is held;
+#: at most 8 entries are kept. Any change of the tensor's memory or layout (``resize_``, ``set_``,
+#: ``transpose_``, ``.data =``) changes one of the four, and the view is made again.
 _VIEWS: dict[int, tuple[_Ref, np.ndarray, int, Any, Any, Any]] = {}
 _VIEW_ENTRIES = 8
 

@@ -64,6 +64,7 @@ from .harness import (
 from .jagged import _jagged, jagged_realistic, realistic_lines
 from .objects import objects_lines, objects_report
 from .report import HEAD, WIDTHS, line, row, table, target, target_lines
+from .torch_cost import torch_cost, torch_cost_lines
 
 __all__ = ["main"]
 
@@ -135,10 +136,13 @@ REPORTS = {
     "objects": "object collectives vs comm.bcast / pkl5 (mpicomm.apps.bench.objects)",
     "planner": "GreedyPerfPartitioner: 10,000 options (100,000 shards) on 4,096 ranks, on rank 0",
     "gpu": "cupy collectives vs raw mpi4py and the pinned-copy bound (needs a GPU; --device cuda)",
+    "torch_cost": "what a torch CPU tensor adds to a 1 MiB call, caches warm and cold (rank 0, needs torch)",
 }
 
-#: The reports run by default: all but the GPU one, which needs cupy and a GPU.
-CPU_REPORTS = [k for k in REPORTS if k != "gpu"]
+#: The reports run by default: all but the GPU one, which needs cupy and a GPU (and torch_cost without torch).
+CPU_REPORTS = [
+    k for k in REPORTS if k != "gpu" and (k != "torch_cost" or importlib.util.find_spec("torch") is not None)
+]
 
 
 def measure(ctl: MPI.Intracomm, env: Env, name: str, size: int, args: argparse.Namespace) -> Point:
@@ -305,6 +309,8 @@ def report(
         print("\n" + planner_line(extra["planner"]), flush=True)
     if "gpu" in extra:
         print("\n" + gpu_lines(extra["gpu"]), flush=True)
+    if "torch_cost" in extra:
+        print("\n" + torch_cost_lines(extra["torch_cost"]), flush=True)
     if args.json:
         settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
         doc = {
@@ -351,6 +357,7 @@ REPORT_RUNS: dict[str, Callable[[MPI.Intracomm, Env, argparse.Namespace], dict[s
     "objects": objects_report,
     "planner": planner_scale,
     "gpu": gpu_report,
+    "torch_cost": torch_cost,
 }
 
 
