@@ -120,7 +120,7 @@ class _Plan:
             before = _state.exchanges
             _push(_tok := (_serial(), _site, group, None))         # the watchdog's token
             try:
-                if (_get(type(tensor)) in _PLAIN or _all_numpy(tensor)) and (async_op is False or ...):
+                if (type(tensor) is _ND or ... in _PLAIN or ...) and (async_op is False or ...):
                     return _host(tensor, op, group, async_op)          # numpy: straight through
                 if _get(type(tensor)) is _TORCH and (async_op is False or async_op is True):
                     try:                                               # a plain CPU tensor:
@@ -146,6 +146,7 @@ class _Plan:
             "_get": _KINDS.get,
             "_PLAIN": _PLAIN_SCALAR,
             "_TORCH": kinds.TORCH,
+            "_ND": np.ndarray,
             "_LIST": kinds.LIST,
             "_all_numpy": _all_numpy,
             "_views": _VIEWS.get,
@@ -172,16 +173,21 @@ class _Plan:
             passes.append(f"{name}={name}" if keyword else name)
             torch_passes.append(f"{name}={viewed}" if keyword else viewed)
         flag = ["(async_op is False or async_op is True)"] if self.flag >= 0 else []
+        # a numpy array first, by identity: cheaper than the kinds' dictionary and the set
         numpy_test = " and ".join(
             [
-                f"((_k_{a} := _get(type({a}))) in _PLAIN or (_k_{a} is _LIST and _all_numpy({a})))"
+                f"(type({a}) is _ND or (_k_{a} := _get(type({a}))) in _PLAIN"
+                f" or (_k_{a} is _LIST and _all_numpy({a})))"
                 for a in arrays
             ]
             + flag
         )
-        # only the first argument's kind is surely bound here (the numpy test may stop after it)
+        # the first argument's kind is bound here unless it is a numpy array (the numpy test ran to it)
         torch_test = " and ".join(
-            [f"_k_{a} is _TORCH" if i == 0 else f"_get(type({a})) is _TORCH" for i, a in enumerate(arrays)]
+            [
+                f"type({a}) is not _ND and _k_{a} is _TORCH" if i == 0 else f"_get(type({a})) is _TORCH"
+                for i, a in enumerate(arrays)
+            ]
             + flag
         )
         values = f"[{', '.join(self.names)}]"

@@ -157,6 +157,23 @@ def test_all_to_alls_with_split_sizes_and_a_non_contiguous_input(
         np.testing.assert_array_equal(outs[i].numpy(), expected[i])
 
 
+@pytest.mark.parametrize("first", ["numpy", "torch"])
+def test_a_call_may_mix_numpy_arrays_and_tensors(world: mpicomm.ProcessGroup, rng: Any, first: str) -> None:
+    """One argument numpy, the other a tensor, either way round: the front door views each."""
+    w, r = world.size(), world.rank()
+    g = _global(rng, w, 3, torch.float64)
+    kinds = {"numpy": lambda a: a.copy(), "torch": lambda a: torch.from_numpy(a.copy())}
+    other = "torch" if first == "numpy" else "numpy"
+    for _ in range(2):  # the second round meets the view cache's entries of the first
+        out = kinds[first](np.zeros(w * 3))
+        mpicomm.all_gather_into_tensor(out, kinds[other](g[r]))
+        np.testing.assert_array_equal(np.asarray(out), g.reshape(-1))
+        got = kinds[first](np.zeros(w * 3))
+        mpicomm.all_to_all_single(got, kinds[other](np.repeat(g[r], w)))
+        expected = np.concatenate([np.repeat(g[i], w)[3 * r : 3 * r + 3] for i in range(w)])
+        np.testing.assert_array_equal(np.asarray(got), expected)
+
+
 @pytest.mark.mpi(min_size=2)
 def test_send_recv_sendrecv_and_batch(world: mpicomm.ProcessGroup, rng: Any) -> None:
     w, r = world.size(), world.rank()
