@@ -88,7 +88,7 @@ def send(
     """
     fn = "send"
     w = _State.world
-    if (  # the fast path: fast.peer's test, inline (a Python call is a tenth of a small message here)
+    if (  # the fast path: the peer and tag tested inline (a Python call is a tenth of a small message here)
         group is None
         and w is not None
         and not _Flag.on
