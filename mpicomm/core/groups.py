@@ -180,12 +180,8 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
         raise ArgumentTypeError(
             f"init: comm is a {type(comm).__qualname__}; expected an mpi4py.MPI.Intracomm"
         )
-    token = (watchdog.serial(), _INIT, None, None)  # a second init (after destroy) is timed
-    watchdog._live.append(token)
-    try:
+    with watchdog.timing(_INIT):  # a second init (after destroy) is timed
         dup = comm.Dup()
-    finally:
-        watchdog._live.remove(token)
     cmpi.bind()
     world = ProcessGroup(dup, list(range(dup.Get_size())), "world")
     _State.world = world

@@ -47,7 +47,7 @@ from ..errors import ArgumentError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["DEFAULT_TIMEOUT", "Site", "default_timeout", "forget", "start", "timed"]
+__all__ = ["DEFAULT_TIMEOUT", "WAIT", "Site", "default_timeout", "forget", "start", "timed", "timing"]
 
 #: torch's default process-group timeout, in seconds.
 DEFAULT_TIMEOUT = 1800.0
@@ -84,6 +84,48 @@ class Site:
         self.factor = _SELF_TIMED.get(name.rsplit(".", 1)[-1])
 
 
+#: How the watchdog names a wait on a :class:`~mpicomm.Work`: the operation's group is not known
+#: there, so the world's bound applies.
+WAIT = Site("Work.wait", lambda _: None)
+
+
+class _Timing:
+    """The context manager :func:`timing` returns (a class: cheaper than a generator's)."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: tuple[int, Site, Any, Any]) -> None:
+        self.token = token
+
+    def __enter__(self) -> None:
+        _live.append(self.token)
+
+    def __exit__(self, *exc: object) -> None:
+        _live.remove(self.token)
+
+
+def timing(site: Site, group: Any = None, timeout: Any = None) -> _Timing:
+    """Have the watchdog time a ``with`` block as one call of ``site`` (for code off the hot path).
+
+    The front door's generated wrappers and :func:`mpicomm.core.calls.collective` put their tokens
+    on :data:`_live` inline instead: they are the small calls' hot path.
+
+    Args:
+        site: How the watchdog names the call.
+        group: The call's ``group`` argument (None: the world's bound applies).
+        timeout: The call's own ``timeout`` argument, for the calls that bound themselves.
+
+    Returns:
+        The context manager.
+
+    Example:
+        >>> from mpicomm.core import watchdog
+        >>> with watchdog.timing(watchdog.WAIT, None, 5.0):
+        ...     pass  # a wait the watchdog ends the job for if it lasts past its bound
+    """
+    return _Timing((serial(), site, group, timeout))
+
+
 def timed(site: Site, group_arg: str | None = "group", timeout_arg: str | None = None) -> Callable[[F], F]:
     """Have the watchdog time every call of the decorated function as ``site`` (for calls off the hot path).
 
@@ -106,17 +148,9 @@ def timed(site: Site, group_arg: str | None = "group", timeout_arg: str | None =
                 bound = signature.bind_partial(*args, **kwargs).arguments
             except TypeError:  # the function raises its own TypeError below
                 bound = {}
-            token = (
-                serial(),
-                site,
-                bound.get(group_arg) if group_arg else None,
-                bound.get(timeout_arg) if timeout_arg else None,
-            )
-            _live.append(token)
-            try:
+            group = bound.get(group_arg) if group_arg else None
+            with timing(site, group, bound.get(timeout_arg) if timeout_arg else None):
                 return func(*args, **kwargs)
-            finally:
-                _live.remove(token)
 
         return call  # type: ignore[return-value]
 

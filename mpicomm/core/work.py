@@ -12,9 +12,6 @@ from ..errors import CommunicationError
 from . import watchdog
 from .future import Future
 
-#: How the watchdog names a wait: the operation's group is not known here (the world's bound applies).
-_WAIT = watchdog.Site("Work.wait", lambda _: None)
-
 __all__ = ["Work", "mpi_text"]
 
 
@@ -82,12 +79,8 @@ class Work:
                 (a RuntimeError, as torch's); the message names the call (``all_reduce: ...``).
         """
         if not self._done:
-            token = (watchdog.serial(), _WAIT, None, timeout)
-            watchdog._live.append(token)  # the watchdog times the wait while its token is on the list
-            try:
+            with watchdog.timing(watchdog.WAIT, None, timeout):
                 self._wait(timeout)
-            finally:
-                watchdog._live.remove(token)
         if self._error is not None:
             raise self._error
         return True

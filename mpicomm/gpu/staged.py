@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..core import watchdog
-from ..core.work import _WAIT, Work
+from ..core.work import Work
 from .backend import backend
 from .staging import HostBufferPool
 
@@ -177,12 +177,8 @@ class StagedWork(Work):
 
     def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
         """Block until the data is in the device arrays and return True (``timeout`` as Work's)."""
-        token = (watchdog.serial(), _WAIT, None, timeout)
-        watchdog._live.append(token)  # the uploads are timed too, not only the MPI wait
-        try:
+        with watchdog.timing(watchdog.WAIT, None, timeout):  # the uploads are timed too, not only MPI's wait
             return self._wait_and_upload(timeout)
-        finally:
-            watchdog._live.remove(token)
 
     def _wait_and_upload(self, timeout: datetime.timedelta | float | None) -> bool:
         if timeout is not None and not self._inner.is_completed():
