@@ -9,6 +9,7 @@ checks the ordering of waits and nothing else (it is no GPU verification).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
@@ -131,17 +132,18 @@ class CupyBackend:
         """See :class:`Backend`. The view is ordered after the work that produced ``x``.
 
         DLPack first, where ``x`` has it: cupy passes its current stream to ``x.__dlpack__``, and
-        the producer makes that stream wait for its own (torch: for its current stream, the one a
-        ``with torch.cuda.stream(s):`` block set), so the call's copies and its synchronisation
-        come after the kernels that wrote ``x``. ``__cuda_array_interface__`` names the producer's
-        stream only from version 3 (cupy then waits for it); torch's has none. Where cupy cannot
-        take ``x`` by DLPack (a dtype its DLPack lacks), the interface is used and a torch tensor's
-        current stream is synchronised first.
+        the producer makes that stream wait for its own (torch: for its current stream on the
+        tensor's device, the one a ``with torch.cuda.stream(s):`` block set), so the call's copies
+        and its synchronisation come after the kernels that wrote ``x``.
+        ``__cuda_array_interface__`` names the producer's stream only from version 3 (cupy then
+        waits for it); torch's has none. Where cupy cannot take ``x`` by DLPack (a dtype its DLPack
+        lacks), the interface is used and a torch tensor's current stream is synchronised first.
         """
         try:
             if hasattr(x, "__dlpack__"):
                 try:
-                    return self.cp.from_dlpack(x)
+                    with _device_of_tensor(x):
+                        return self.cp.from_dlpack(x)
                 except (TypeError, ValueError, RuntimeError, BufferError):
                     if not hasattr(x, "__cuda_array_interface__"):
                         raise
@@ -165,6 +167,19 @@ class CupyBackend:
     def span(self, x: Any) -> tuple[int, int]:
         """See :class:`Backend`."""
         return span_of(int(x.data.ptr), x.shape, x.strides, x.itemsize)
+
+
+def _device_of_tensor(x: Any) -> Any:
+    """For a torch CUDA tensor, ``torch.cuda.device(x.device)``; else a context that does nothing.
+
+    torch's ``__dlpack__`` orders the consumer after torch's current stream of torch's *current*
+    device: inside this context, that is the stream of the device that holds ``x``, whichever device
+    the program last made current in torch.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
+        return torch.cuda.device(x.device)
+    return contextlib.nullcontext()
 
 
 def _producer_stream_done(x: Any) -> None:
