@@ -54,6 +54,9 @@ DEFAULT_TIMEOUT = 1800.0
 #: Calls that take their own ``timeout=`` and raise by themselves when it passes, with the factor
 #: of it they may wait (monitored_barrier's other ranks wait twice its timeout for rank 0).
 _SELF_TIMED = {"barrier": 2.0, "monitored_barrier": 2.0, "wait": 2.0}
+#: Of those, the calls that, given no ``timeout=``, bound themselves by the group's timeout with the
+#: same factor (monitored_barrier's other ranks wait twice the group's timeout for rank 0).
+_SELF_TIMED_BY_GROUP = frozenset({"monitored_barrier"})
 _LONGEST_SAMPLE = 1.0
 _SHORTEST_SAMPLE = 0.02
 
@@ -76,12 +79,14 @@ class Site:
             call's ``group`` argument).
     """
 
-    __slots__ = ("factor", "name", "pick")
+    __slots__ = ("by_group", "factor", "name", "pick")
 
     def __init__(self, name: str, pick: Callable[[Any], Any] | None = None) -> None:
         self.name = name
         self.pick = pick
-        self.factor = _SELF_TIMED.get(name.rsplit(".", 1)[-1])
+        short = name.rsplit(".", 1)[-1]
+        self.factor = _SELF_TIMED.get(short)
+        self.by_group = short in _SELF_TIMED_BY_GROUP
 
 
 #: How the watchdog names a wait on a :class:`~mpicomm.Work`: the operation's group is not known
@@ -269,6 +274,9 @@ class _Call:
             self.source = f"the default timeout, {limit:g} s (torch's; MPICOMM_TIMEOUT changes it)"
         else:
             return math.inf
+        if site.by_group and site.factor is not None:
+            self.source += f", times {site.factor:g} (the call waits that long by itself)"
+            return site.factor * limit + _grace(limit)
         return limit + _grace(limit)
 
 

@@ -317,3 +317,23 @@ def test_a_call_takes_off_its_own_token_not_another_threads_equal_one():
     finally:
         done.set()
         thread.join(5)
+
+
+def test_monitored_barrier_without_a_timeout_is_bounded_by_twice_its_groups():
+    """Given no timeout, monitored_barrier's other ranks wait twice the group's timeout for rank 0.
+
+    The watchdog must give them that long (and its grace) before it ends the job; any other call is
+    bounded by the group's timeout and the grace.
+    """
+    import mpicomm
+    from mpicomm.core import watchdog
+
+    mpicomm.init()
+    group = mpicomm.new_group(list(range(mpicomm.get_world_size())), timeout=10.0)
+    grace = watchdog._grace(10.0)
+    cases = {"monitored_barrier": 2 * 10.0 + grace, "all_reduce": 10.0 + grace}
+    for name, expected in cases.items():
+        call = watchdog._Call((watchdog.serial(), watchdog.Site(name), group, None), 0.0)
+        assert call.bound() == pytest.approx(expected), name
+    own = watchdog._Call((watchdog.serial(), watchdog.Site("monitored_barrier"), group, 3.0), 0.0)
+    assert own.bound() == pytest.approx(2 * 3.0 + watchdog._grace(3.0))  # its timeout= argument
