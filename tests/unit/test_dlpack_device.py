@@ -42,6 +42,30 @@ def test_a_cuda_tensor_is_viewed_with_its_device_current_in_torch(monkeypatch: p
     assert made == ["cuda:3"]
 
 
+def test_the_backend_takes_the_dlpack_inside_the_tensors_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CupyBackend.wrap calls cupy's from_dlpack with torch's current device set to the tensor's."""
+    current: list[Any] = []
+
+    @contextlib.contextmanager
+    def device(d: Any) -> Any:
+        current.append(d)
+        try:
+            yield
+        finally:
+            current.pop()
+
+    class _Cupy:
+        def from_dlpack(self, x: Any) -> Any:
+            return ("viewed", list(current))
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    wrapper = backend.CupyBackend.__new__(backend.CupyBackend)  # no cupy here: a stand-in
+    wrapper.cp = _Cupy()
+    x = torch.zeros(2).as_subclass(_SaysCuda)
+    assert wrapper.wrap(x, "all_reduce", "tensor") == ("viewed", ["cuda:3"])
+    assert current == []
+
+
 @pytest.mark.parametrize("make", [lambda: np.zeros(2), lambda: torch.zeros(2)], ids=["numpy", "torch-cpu"])
 def test_other_arrays_change_no_device(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "device", lambda d: pytest.fail(f"torch.cuda.device({d}) called"))

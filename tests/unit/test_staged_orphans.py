@@ -93,3 +93,37 @@ def test_reap_uploads_what_completed_and_keeps_what_did_not(orphans: Any) -> Non
     assert (failed.uploads, failed.releases) == (0, 1)
     assert [stage for _, stage in staged._Orphans.works] == [pending]
     assert staged.orphans() == 1
+
+
+class _Watched(Work):
+    """An operation whose wait records the watchdog's tokens, then completes."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.seen: list[Any] = []
+
+    def is_completed(self) -> bool:
+        return True
+
+    def wait(self, timeout: Any = None) -> bool:
+        from mpicomm.core import watchdog
+
+        self.seen.append(list(watchdog._live))
+        return True
+
+
+def test_a_staged_wait_is_timed_by_the_watchdog_through_its_upload() -> None:
+    """StagedWork.wait puts its own token (Work.wait's site, its timeout) on the list, then takes it off."""
+    from mpicomm.core import watchdog
+
+    inner, stage = _Watched(), _Stage()
+    work = staged.StagedWork(inner, stage, [])  # type: ignore[arg-type]
+    before = list(watchdog._live)
+    assert work.wait(timeout=7.0) is True
+    assert stage.uploads == 1
+    (tokens,) = inner.seen  # is_completed() is True: one wait, untimed, inside the staged one
+    (token,) = [t for t in tokens if t not in before]
+    assert token[1] is watchdog.WAIT and token[3] == 7.0
+    assert watchdog._live == before

@@ -70,11 +70,10 @@ def _medians(cases: dict[str, Callable[[], object]], flush: Callable[[], None] |
     return {k: float(np.median(v)) / 1e3 for k, v in times.items()}
 
 
-def _cases(count: int) -> dict[str, Callable[[], object]]:
-    """The timed calls on ``count`` float32 elements, and the two torch reads alone."""
+def _cases(count: int, group: mpicomm.ProcessGroup) -> dict[str, Callable[[], object]]:
+    """The timed calls on ``count`` float32 elements in ``group``, and the two torch reads alone."""
     import torch  # only when this report runs; mpicomm itself never imports torch
 
-    group = mpicomm.new_group([0], use_local_synchronization=True)
     x, y = np.arange(count, dtype=np.float32), np.zeros(count, np.float32)
     tx, ty = torch.from_numpy(x), torch.from_numpy(y)
     return {
@@ -88,6 +87,19 @@ def _cases(count: int) -> dict[str, Callable[[], object]]:
     }
 
 
+def _check(group: mpicomm.ProcessGroup) -> bool:
+    """Whether both kinds give the one-rank answers: all_reduce keeps, all_to_all_single copies."""
+    import torch
+
+    ok = True
+    for kind in (np.asarray, torch.from_numpy):
+        probe, out = kind(np.arange(8, dtype=np.float32)), kind(np.zeros(8, np.float32))
+        mpicomm.all_reduce(probe, group=group)
+        mpicomm.all_to_all_single(out, probe, group=group)
+        ok = ok and np.array_equal(np.asarray(probe), np.arange(8)) and np.array_equal(np.asarray(out), probe)
+    return bool(ok)
+
+
 def _measure() -> dict[str, Any]:
     """Rank 0's measurement (see the module's docstring)."""
     src, dst = np.ones(FLUSH, np.float32), np.empty(FLUSH, np.float32)
@@ -95,20 +107,17 @@ def _measure() -> dict[str, Any]:
     def flush() -> None:
         np.copyto(dst, src)
 
-    warm = _medians(_cases(WARM_COUNT), None)
-    cold_cases = _cases(COUNT)
-    cold = _medians(cold_cases, flush)
-    res: dict[str, Any] = {"warm_us": warm, "cold_us": cold, "target_us": TARGET_US}
+    group = mpicomm.new_group([0], use_local_synchronization=True)
+    try:
+        warm = _medians(_cases(WARM_COUNT, group), None)
+        cold = _medians(_cases(COUNT, group), flush)
+        ok = _check(group)
+    finally:
+        mpicomm.destroy_process_group(group)
+    res: dict[str, Any] = {"warm_us": warm, "cold_us": cold, "target_us": TARGET_US, "check": ok}
     for mode, m in (("warm", warm), ("cold", cold)):
         for call in ("all_reduce", "all_to_all_single"):
             res[f"{call}_added_{mode}_us"] = m[f"{call} torch"] - m[f"{call} numpy"]
-    # one rank: all_reduce leaves its input as it was and all_to_all_single copies it to the output
-    probe = np.arange(8, dtype=np.float32)
-    out = np.zeros(8, np.float32)
-    group = mpicomm.new_group([0], use_local_synchronization=True)
-    mpicomm.all_reduce(probe, group=group)
-    mpicomm.all_to_all_single(out, probe, group=group)
-    res["check"] = bool(np.array_equal(probe, np.arange(8)) and np.array_equal(out, probe))
     return res
 
 
