@@ -23,6 +23,7 @@ direct path none passes through host memory.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -216,7 +217,8 @@ class Incoming:
             queued = False
         finally:
             if queued:  # a later upload failed: the earlier ones may still read their buffers
-                _quietly(stream.synchronize)
+                with contextlib.suppress(Exception):  # the upload's error is the one to report
+                    stream.synchronize()
             for _, host in self.up:
                 pool.release(host)
             self.up = []
@@ -249,11 +251,3 @@ def own_copy(buf: Any) -> Any:
     if isinstance(buf, memoryview):
         return np.frombuffer(buf, U8).copy()
     return flat_bytes(buf).copy()
-
-
-def _quietly(step: Callable[[], Any]) -> None:
-    """Run ``step`` on an error path, where the first error is the one to report."""
-    try:
-        step()
-    except Exception:
-        return
