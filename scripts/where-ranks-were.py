@@ -16,7 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-PREFIX = re.compile(r"^\[rank (\d+)\] ?(.*)$")
+# rank 0's unfinished progress line ("test_x.py ..") may come before another rank's prefix
+PREFIX = re.compile(r"^.*?\[rank (\d+)\] ?(.*)$")
 FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 STACK = re.compile(r"Stack of (.+?) \(\d+\)")
 KEEP = 4  # innermost frames shown below the test function
