@@ -42,6 +42,7 @@ from .core.torch_compat import (
     is_mpi_available,
     new_subgroups,
     new_subgroups_by_enumeration,
+    split_group,
 )
 from .core.validation import is_validation_enabled, set_validation
 from .core.work import Work
@@ -176,6 +177,7 @@ __all__ = [
     "new_node_group",
     "new_subgroups",
     "new_subgroups_by_enumeration",
+    "split_group",
     "recv",
     "recv_object_list",
     "reduce",

@@ -412,7 +412,10 @@ def timeout_seconds(timeout: object, fn: str) -> float | None:
     return seconds
 
 
-def _check_ranks(ranks: Iterable[int] | None, size: int, fn: str) -> list[int]:
+def _check_ranks(
+    ranks: Iterable[int] | None, size: int, fn: str, name: str = "ranks", of: str = "world"
+) -> list[int]:
+    """``ranks`` sorted, checked: integers, distinct, ``0 <= rank < size`` (ranks of the ``of`` group)."""
     if ranks is None:
         return list(range(size))
     try:
@@ -420,16 +423,16 @@ def _check_ranks(ranks: Iterable[int] | None, size: int, fn: str) -> list[int]:
         members = sorted(int(r) for r in raw if isinstance(r, int) or hasattr(r, "__index__"))
     except TypeError:
         raise ArgumentTypeError(
-            f"{fn}: ranks is a {type(ranks).__qualname__}; expected a list of integers"
+            f"{fn}: {name} is a {type(ranks).__qualname__}; expected a list of integers"
         ) from None
     if len(members) != len(raw):
-        raise ArgumentTypeError(f"{fn}: ranks is {raw!r}; expected a list of integers")
+        raise ArgumentTypeError(f"{fn}: {name} is {raw!r}; expected a list of integers")
     if len(set(members)) != len(members):
-        raise ArgumentError(f"{fn}: ranks {raw!r} lists a rank twice; expected distinct ranks")
+        raise ArgumentError(f"{fn}: {name} {raw!r} lists a rank twice; expected distinct ranks")
     bad = [r for r in members if not 0 <= r < size]
     if bad:
         raise ArgumentError(
-            f"{fn}: ranks has {bad[0]}; expected world ranks 0 <= rank < {size} (the world size)"
+            f"{fn}: {name} has {bad[0]}; expected {of} ranks 0 <= rank < {size} (the {of} size)"
         )
     return members
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError, GroupError
-from . import failure
+from . import failure, validation, watchdog
 from .backend import Backend
 from .groups import (
     DefaultGroupError,
@@ -43,6 +43,7 @@ __all__ = [
     "is_mpi_available",
     "new_subgroups",
     "new_subgroups_by_enumeration",
+    "split_group",
 ]
 
 # Launchers' node-local rank variables, torchrun's first.
@@ -409,6 +410,11 @@ def new_subgroups_by_enumeration(
         )
     size = resolve(None, fn).size()
     lists = [_check_ranks(ranks, size, fn) for ranks in ranks_per_subgroup_list]
+    _check_disjoint(lists, fn)
+    return _make(lists, group_desc or "subgroup", label, seconds)
+
+
+def _check_disjoint(lists: list[list[int]], fn: str) -> None:
     seen: dict[int, int] = {}
     for i, ranks in enumerate(lists):
         for r in ranks:
@@ -418,7 +424,97 @@ def new_subgroups_by_enumeration(
                     "expected disjoint subgroups"
                 )
             seen[r] = i
-    return _make(lists, group_desc or "subgroup", label, seconds)
+
+
+@watchdog.timed(watchdog.Site("split_group"), "parent_pg")
+def split_group(
+    parent_pg: ProcessGroup | None = None,
+    split_ranks: list[list[int]] | None = None,
+    timeout: datetime.timedelta | float | None = None,
+    pg_options: Any = None,
+    group_desc: str | None = None,
+    backend: str | None = None,
+) -> ProcessGroup | None:
+    """Split a group into disjoint subgroups with one ``MPI_Comm_split``; every member of it calls it.
+
+    torch's ``split_group`` (NCCL only there): where :func:`new_subgroups_by_enumeration` makes one
+    communicator per subgroup, each a collective over the world, this is one collective over the
+    parent group, however many subgroups. Ranks in no list get ``None``.
+
+    Args:
+        parent_pg: The group to split; ``None`` for the world.
+        split_ranks: Disjoint, non-empty lists of *group* ranks of ``parent_pg`` (as in torch).
+            Group ranks of a subgroup follow its sorted parent ranks.
+        timeout: A ``timedelta`` or seconds: the subgroup's, as :func:`new_group` takes it.
+        pg_options: Accepted for torch compatibility and not used.
+        group_desc: The subgroup's name in messages and ``repr``.
+        backend: ``None`` (the parent's) or any of torch's backend names (all run on MPI).
+
+    Returns:
+        This rank's subgroup, or ``None`` where this rank is in no list.
+
+    Raises:
+        ArgumentTypeError: ``split_ranks`` is not a list of lists of integers.
+        ArgumentError: an empty list, a rank outside the parent group, a rank in two lists, or a
+            caller that is not a member of ``parent_pg``.
+        CrossRankMismatchError: (validation mode) ranks passed different ``split_ranks``.
+
+    Example:
+        >>> import mpicomm
+        >>> w = mpicomm.get_world_size()
+        >>> halves = [list(range(w // 2)), list(range(w // 2, w))] if w > 1 else [[0]]
+        >>> mine = mpicomm.split_group(split_ranks=halves)
+        >>> mine.ranks == next(h for h in halves if mpicomm.get_rank() in h)
+        True
+    """
+    fn = "split_group"
+    if parent_pg is not None and type(parent_pg) is not ProcessGroup:
+        raise ArgumentTypeError(
+            f"{fn}: parent_pg is a {type(parent_pg).__qualname__}; expected a mpicomm.ProcessGroup or None"
+        )
+    parent = resolve(parent_pg, fn)
+    if not parent.is_member:
+        raise ArgumentError(
+            f"{fn}: parent_pg is {parent.name}, which this rank is not a member of; expected a group "
+            "that holds every rank calling split_group"
+        )
+    label = check_backend(backend, fn, parent.backend)
+    seconds = timeout_seconds(timeout, fn)
+    if group_desc is not None and not isinstance(group_desc, str):
+        raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
+    try:
+        lists = _split_lists(split_ranks, parent, fn)
+    except (ArgumentError, ArgumentTypeError) as exc:
+        if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
+            validation.report(parent, fn, exc)
+        raise
+    if validation._Flag.on:
+        validation.check(parent, fn, {"split_ranks": lists})
+    me = parent.rank()
+    color = next((i for i, ranks in enumerate(lists) if me in ranks), _mpi.MPI.UNDEFINED)
+    comm = parent.comm.Split(color, me)
+    _State.counter += 1
+    if comm == _mpi.MPI.COMM_NULL:
+        return None
+    members = [parent.ranks[r] for r in lists[color]]
+    group = ProcessGroup(comm, members, group_desc or f"group{_State.counter}", label)
+    group.timeout = seconds
+    _State.groups.append(group)
+    return group
+
+
+def _split_lists(split_ranks: object, parent: ProcessGroup, fn: str) -> list[list[int]]:
+    if not isinstance(split_ranks, (list, tuple)) or not split_ranks:
+        raise ArgumentError(
+            f"{fn}: split_ranks is {split_ranks!r}; expected a non-empty list of lists of group ranks"
+        )
+    lists = []
+    for i, ranks in enumerate(split_ranks):
+        if ranks is None or (isinstance(ranks, (list, tuple)) and not ranks):
+            raise ArgumentError(f"{fn}: split_ranks[{i}] is {ranks!r}; expected a non-empty list of ranks")
+        lists.append(_check_ranks(ranks, parent.size(), fn, f"split_ranks[{i}]", f"group {parent.name}"))
+    _check_disjoint(lists, fn)
+    return lists
 
 
 def _make(

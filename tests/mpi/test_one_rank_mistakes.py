@@ -124,6 +124,10 @@ def _new_group_bad_rank(w: int) -> Callable[[], Any]:
     return lambda: mpicomm.new_group(_bad_on_zero(list(range(w)), [0, w + 3]))
 
 
+def _split_group_bad_rank(w: int) -> Callable[[], Any]:
+    return lambda: mpicomm.split_group(split_ranks=_bad_on_zero([list(range(w))], [[0, w + 3]]))
+
+
 MISTAKES: dict[str, tuple[Callable[[int], Callable[[], Any]], type[BaseException], tuple[str, ...]]] = {
     "all_to_all_single output_split_sizes": (_a2a_single, ArgumentError, ("all_to_all_single", "rank 0")),
     "all_to_all_single float splits": (_a2a_float_splits, ArgumentTypeError, ("input_split_sizes",)),
@@ -139,6 +143,7 @@ MISTAKES: dict[str, tuple[Callable[[int], Callable[[], Any]], type[BaseException
     "KJTAllToAll input type": (_kjt_not_a_kja, ArgumentTypeError, ("KJTAllToAll",)),
     "broadcast_object_list bad src": (_object_bcast_bad_src, ArgumentError, ("broadcast_object_list", "src")),
     "new_group bad rank": (_new_group_bad_rank, ArgumentError, ("new_group",)),
+    "split_group bad rank": (_split_group_bad_rank, ArgumentError, ("split_group", "split_ranks[0]")),
 }  # fmt: skip
 
 
@@ -156,6 +161,14 @@ def test_a_mistake_on_rank_0_only_raises_the_same_error_on_every_rank(
 def test_new_group_with_different_member_lists_is_caught(world: mpicomm.ProcessGroup) -> None:
     members = _bad_on_zero(list(range(world.size())), [0])
     everywhere(lambda: mpicomm.new_group(members), CrossRankMismatchError, "new_group", "ranks differs")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_split_group_with_different_lists_is_caught(world: mpicomm.ProcessGroup) -> None:
+    lists = _bad_on_zero([list(range(world.size()))], [[0]])
+    everywhere(
+        lambda: mpicomm.split_group(split_ranks=lists), CrossRankMismatchError, "split_group", "split_ranks"
+    )
 
 
 @pytest.mark.mpi(min_size=2)

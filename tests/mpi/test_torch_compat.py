@@ -196,6 +196,74 @@ def test_new_subgroups_by_enumeration_leaves_unlisted_ranks_out(world):
     dist.destroy_process_group(every[0])
 
 
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("shape", ["halves", "round robin", "one list"])
+def test_split_group_makes_this_ranks_subgroup_with_one_split(world, rng, shape):
+    w, r = world.size(), world.rank()
+    if shape == "halves":
+        lists = [list(range(w // 2)), list(range(w // 2, w))] if w > 1 else [[0]]
+    elif shape == "round robin":
+        lists = [list(range(i, w, 3))[::-1] for i in range(min(3, w))]  # unsorted on purpose
+    else:
+        lists = [list(range(w))]
+    mine = dist.split_group(split_ranks=lists, group_desc="part")
+    expected = sorted(next(ranks for ranks in lists if r in ranks))
+    assert mine.ranks == expected and mine.rank() == expected.index(r) and mine.size() == len(expected)
+    assert mine.name == "part" and mine.backend == world.backend
+    data = rng.standard_normal((w, 4))  # the same on every rank: the shared seed
+    x = data[r].copy()
+    dist.all_reduce(x, group=mine)
+    np.testing.assert_allclose(x, data[expected].sum(axis=0), rtol=1e-12)
+    dist.destroy_process_group(mine)
+
+
+@pytest.mark.mpi(min_size=3)
+def test_split_group_of_a_subgroup_takes_its_group_ranks_and_leaves_unlisted_ranks_out(world):
+    w, r = world.size(), world.rank()
+    parent = dist.new_group(range(1, w))  # world rank g is group rank g - 1
+    if parent.is_member:
+        mine = dist.split_group(parent, [[0, parent.size() - 1]], timeout=datetime.timedelta(seconds=7))
+        if r in (1, w - 1):
+            assert mine.ranks == [1, w - 1] and mine.timeout == 7.0
+            x = np.array([float(r)])
+            dist.all_reduce(x, group=mine)
+            assert x[0] == 1.0 + (w - 1)
+            dist.destroy_process_group(mine)
+        else:
+            assert mine is None
+    else:
+        with pytest.raises(mpicomm.ArgumentError, match=r"split_group: parent_pg is .* not a member"):
+            dist.split_group(parent, [[0]])
+    dist.destroy_process_group(parent)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_split_group_refuses_bad_lists_before_any_mpi_call(world):
+    w = world.size()
+    cases = [
+        (None, mpicomm.ArgumentError, r"split_group: split_ranks is None; expected a non-empty list"),
+        ([], mpicomm.ArgumentError, r"split_ranks is \[\]; expected a non-empty list"),
+        ([[0], []], mpicomm.ArgumentError, r"split_ranks\[1\] is \[\]; expected a non-empty list"),
+        (
+            [[0, w]],
+            mpicomm.ArgumentError,
+            rf"split_ranks\[0\] has {w}; expected group .* ranks 0 <= rank < {w}",
+        ),
+        ([[0, 0]], mpicomm.ArgumentError, r"split_ranks\[0\] \[0, 0\] lists a rank twice"),
+        ([[0], [0]], mpicomm.ArgumentError, "rank 0 is in subgroup 0 and in subgroup 1"),
+        ([["0"]], mpicomm.ArgumentTypeError, r"split_ranks\[0\] is \['0'\]; expected a list of integers"),
+        ([[0]], mpicomm.ArgumentTypeError, "group_desc is 3"),
+    ]
+    for lists, cls, message in cases:
+        with pytest.raises(cls, match=message):
+            dist.split_group(split_ranks=lists, group_desc=3 if "group_desc" in message else None)
+    with pytest.raises(
+        mpicomm.ArgumentTypeError,
+        match=r"split_group: parent_pg is a str; expected a mpicomm\.ProcessGroup or None",
+    ):
+        dist.split_group("world", [[0]])
+
+
 # ----------------------------------------------------------------------------- point to point
 
 
