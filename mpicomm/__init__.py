@@ -14,7 +14,18 @@ Example:
 from __future__ import annotations
 
 from .core.arrays import Array
-from .core.backend import Backend, BackendWarning, reduce_op
+from .core.backend import (
+    Backend,
+    BackendWarning,
+    is_available,
+    is_backend_available,
+    is_gloo_available,
+    is_mpi_available,
+    is_nccl_available,
+    is_ucc_available,
+    is_xccl_available,
+    reduce_op,
+)
 from .core.debug import DebugLevel, get_debug_level, set_debug_level, set_debug_level_from_env
 from .core.future import Future
 from .core.groups import (
@@ -30,16 +41,16 @@ from .core.groups import (
     new_group,
     new_node_group,
 )
-from .core.reduce_op import ReduceOp
+from .core.reduce_op import ReduceOp, supports_complex
 from .core.torch_compat import (
     GroupMember,
     get_backend,
     get_node_local_rank,
+    get_pg_count,
     get_process_group_ranks,
     group,
     init_process_group,
-    is_available,
-    is_mpi_available,
+    is_torchelastic_launched,
     new_subgroups,
     new_subgroups_by_enumeration,
     split_group,
@@ -54,6 +65,10 @@ from .errors import (
     ArgumentTypeError,
     CommunicationError,
     CrossRankMismatchError,
+    DistBackendError,
+    DistError,
+    DistNetworkError,
+    DistStoreError,
     DtypeMismatchError,
     GroupError,
     MpicommError,
@@ -116,6 +131,10 @@ __all__ = [
     "CrossRankMismatchError",
     "DebugLevel",
     "DefaultGroupError",
+    "DistBackendError",
+    "DistError",
+    "DistNetworkError",
+    "DistStoreError",
     "DtypeMismatchError",
     "Future",
     "GroupError",
@@ -158,6 +177,7 @@ __all__ = [
     "get_global_rank",
     "get_group_rank",
     "get_node_local_rank",
+    "get_pg_count",
     "get_process_group_ranks",
     "get_rank",
     "get_world_size",
@@ -166,10 +186,16 @@ __all__ = [
     "init_process_group",
     "irecv",
     "is_available",
+    "is_backend_available",
+    "is_gloo_available",
     "is_initialized",
     "is_mpi_available",
+    "is_nccl_available",
     "is_safe_unpickling",
+    "is_torchelastic_launched",
+    "is_ucc_available",
     "is_validation_enabled",
+    "is_xccl_available",
     "isend",
     "jagged_all_to_all",
     "monitored_barrier",
@@ -194,4 +220,5 @@ __all__ = [
     "set_debug_level_from_env",
     "set_safe_unpickling",
     "set_validation",
+    "supports_complex",
 ]

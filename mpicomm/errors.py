@@ -15,6 +15,10 @@ __all__ = [
     "ArgumentTypeError",
     "CommunicationError",
     "CrossRankMismatchError",
+    "DistBackendError",
+    "DistError",
+    "DistNetworkError",
+    "DistStoreError",
     "DtypeMismatchError",
     "GroupError",
     "MPIUnavailableError",
@@ -72,8 +76,34 @@ class GroupError(MpicommError, RuntimeError):
     """A process group is used in a state that does not allow it (destroyed, not initialised)."""
 
 
-class CommunicationError(MpicommError, RuntimeError):
-    """MPI reported an error while carrying out a call."""
+class DistError(MpicommError, RuntimeError):
+    """torch.distributed's ``DistError``: the base of the errors a running collective raises.
+
+    torch's names are here so that ``except dist.DistBackendError`` in a torch program catches
+    mpicomm's errors too; mpicomm raises :class:`CommunicationError`, a :class:`DistBackendError`.
+    """
+
+
+class DistBackendError(DistError):
+    """torch's ``DistBackendError``: the transport failed or timed out (mpicomm's is MPI)."""
+
+
+class DistNetworkError(DistError):
+    """torch's ``DistNetworkError``, for ``except`` clauses; mpicomm never raises one.
+
+    mpicomm has no network layer of its own: MPI's launcher connected the ranks.
+    """
+
+
+class DistStoreError(DistError):
+    """torch's ``DistStoreError``, for ``except`` clauses; mpicomm never raises one (it has no store)."""
+
+
+class CommunicationError(DistBackendError):
+    """MPI reported an error while carrying out a call, or a call did not finish within its timeout.
+
+    A :class:`DistBackendError` (so a ``DistError`` and a ``RuntimeError``), as torch's are.
+    """
 
 
 class MPIUnavailableError(MpicommError, RuntimeError):

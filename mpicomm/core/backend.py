@@ -10,10 +10,23 @@ from __future__ import annotations
 import warnings
 from typing import Any, ClassVar
 
+from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError
 from .reduce_op import ReduceOp
 
-__all__ = ["Backend", "BackendWarning", "backend_name", "reduce_op"]
+__all__ = [
+    "Backend",
+    "BackendWarning",
+    "backend_name",
+    "is_available",
+    "is_backend_available",
+    "is_gloo_available",
+    "is_mpi_available",
+    "is_nccl_available",
+    "is_ucc_available",
+    "is_xccl_available",
+    "reduce_op",
+]
 
 
 class Backend(str):
@@ -93,8 +106,8 @@ def backend_name(backend: object, fn: str, default: str = "mpi") -> str:
             f"{fn}: backend is {backend!r}; expected a str such as 'gloo' or 'mpi', or None"
         )
     name = backend.strip().lower()
-    names = [part.split(":", 1)[1] if ":" in part else part for part in name.split(",")]
-    if (":" not in name and "," in name) or not all(n in Backend.backend_list for n in names):
+    names = _names(name)
+    if names is None:
         raise ArgumentError(
             f"{fn}: backend is {backend!r}; expected one of {Backend.backend_list[1:]} or a device list "
             "such as 'cpu:gloo,cuda:nccl' (every one of them runs on MPI)"
@@ -108,6 +121,111 @@ def backend_name(backend: object, fn: str, default: str = "mpi") -> str:
             stacklevel=4,  # backend_name <- check_backend <- init_process_group/new_group <- the caller
         )
     return name
+
+
+def _names(name: str) -> list[str] | None:
+    """The backend names in a lower-cased ``name`` ("gloo" or "cpu:gloo,cuda:nccl"); None if malformed."""
+    names = [part.split(":", 1)[1] if ":" in part else part for part in name.split(",")]
+    if (":" not in name and "," in name) or not all(n in Backend.backend_list for n in names):
+        return None
+    return names
+
+
+def is_available() -> bool:
+    """Whether mpicomm can communicate: mpi4py imports (starts nothing).
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.is_available()
+        True
+    """
+    try:
+        _mpi.load()
+    except ImportError:
+        return False
+    return True
+
+
+def is_mpi_available() -> bool:
+    """Whether the MPI backend is available; the same as :func:`is_available` (MPI is the only one).
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.is_mpi_available()
+        True
+    """
+    return is_available()
+
+
+def is_backend_available(backend: str) -> bool:
+    """Whether mpicomm serves ``backend`` (torch's ``is_backend_available``).
+
+    True for every name torch knows (``Backend.backend_list``, ``"undefined"`` too, as torch answers),
+    device lists included, where MPI is available (every one runs on MPI); False for any other name.
+
+    Raises:
+        ArgumentTypeError: ``backend`` is not a string.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.is_backend_available("cpu:gloo,cuda:nccl"), mpicomm.is_backend_available("tcp")
+        (True, False)
+    """
+    if not isinstance(backend, str):
+        raise ArgumentTypeError(
+            f"is_backend_available: backend is {backend!r}; expected a str such as 'gloo'"
+        )
+    names = _names(backend.strip().lower())
+    return names is not None and is_available()
+
+
+def is_gloo_available() -> bool:
+    """True where MPI is available: mpicomm serves the ``gloo`` name on MPI (torch's function of that name).
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.is_gloo_available()
+        True
+    """
+    return is_available()
+
+
+def is_nccl_available() -> bool:
+    """True where MPI is available: mpicomm serves the ``nccl`` name on MPI, CUDA arrays included.
+
+    CUDA arrays go through CUDA-aware MPI or are staged through the host (see docs/gpu.rst).
+
+    A program that picks ``"nccl"`` when this is True gets MPI under that name; :func:`get_backend`
+    answers ``"nccl"``.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.is_nccl_available()
+        True
+    """
+    return is_available()
+
+
+def is_ucc_available() -> bool:
+    """True where MPI is available: mpicomm serves the ``ucc`` name on MPI.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.is_ucc_available()
+        True
+    """
+    return is_available()
+
+
+def is_xccl_available() -> bool:
+    """True where MPI is available: mpicomm serves the ``xccl`` name on MPI.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.is_xccl_available()
+        True
+    """
+    return is_available()
 
 
 class _ReduceOpAlias:

@@ -495,6 +495,7 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
     g = None if group is None else resolve(group, "destroy_process_group")
     if g is not None and g is not _State.world:
         _free(g)
+        _State.groups = [each for each in _State.groups if each is not g]  # no list of dead groups
         return
     for each in reversed(_State.groups):
         _free(each)

@@ -16,7 +16,7 @@ from .. import _mpi
 from ..errors import ArgumentTypeError, ReductionTypeError
 from .buffers import datatype
 
-__all__ = ["ReduceOp", "is_half"]
+__all__ = ["ReduceOp", "is_half", "supports_complex"]
 
 # numpy type characters MPI has a reduction for; float16 and bfloat16 are reduced in float32 instead.
 _REDUCIBLE = frozenset("?bBhHiIlLqQfdgFDG")
@@ -153,8 +153,8 @@ class ReduceOp:
         if dtype.kind == "c" and "c" not in _KINDS[self.name]:
             torch_fn = "all_reduce" if fn.startswith("all_reduce") else fn
             raise ReductionTypeError(
-                f"{fn}: op {self!r} on complex dtype {dtype}; expected SUM, AVG or PREMUL_SUM on complex "
-                f"arrays (torch says: {torch_fn} does not support {self.name} on complex tensors)"
+                f"{fn}: op {self!r} on complex dtype {dtype}; expected SUM, PRODUCT, AVG or PREMUL_SUM on "
+                f"complex arrays (torch says: {torch_fn} does not support {self.name} on complex tensors)"
             )
         if ("f" if half else dtype.kind) not in _KINDS[self.name]:
             kinds = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
@@ -213,3 +213,24 @@ def average(x: np.ndarray, size: int) -> None:
     # floor rounds negative non-exact quotients down; truncation wants them one higher
     q += (q < 0) & (q * size != x)
     x[...] = q
+
+
+def supports_complex(reduceOp: ReduceOp) -> bool:  # noqa: N803 - torch's argument name
+    """Whether ``reduceOp`` reduces complex arrays (torch's ``supports_complex``).
+
+    SUM, AVG, PREMUL_SUM and PRODUCT do (torch's backends refuse PRODUCT; MPI has it); MIN, MAX and
+    the bitwise operators do not, and raise :class:`~mpicomm.ReductionTypeError` on complex arrays.
+
+    Raises:
+        ArgumentTypeError: ``reduceOp`` is not a :class:`ReduceOp`.
+
+    Example:
+        >>> from mpicomm import ReduceOp, supports_complex
+        >>> supports_complex(ReduceOp.SUM), supports_complex(ReduceOp.MAX)
+        (True, False)
+    """
+    if not isinstance(reduceOp, ReduceOp):
+        raise ArgumentTypeError(
+            f"supports_complex: reduceOp is {reduceOp!r}; expected a mpicomm.ReduceOp such as ReduceOp.SUM"
+        )
+    return "c" in _KINDS[reduceOp.name]

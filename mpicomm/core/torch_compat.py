@@ -39,8 +39,8 @@ __all__ = [
     "get_process_group_ranks",
     "group",
     "init_process_group",
-    "is_available",
-    "is_mpi_available",
+    "get_pg_count",
+    "is_torchelastic_launched",
     "new_subgroups",
     "new_subgroups_by_enumeration",
     "split_group",
@@ -157,30 +157,36 @@ def _check_given(fn: str, name: str, value: object, actual: int, what: str) -> N
         )
 
 
-def is_available() -> bool:
-    """Whether mpicomm can communicate: mpi4py imports (starts nothing).
+def get_pg_count() -> int:
+    """The number of process groups this rank holds now, the world's included (torch's ``get_pg_count``).
+
+    torch counts every group made since ``init_process_group``; mpicomm counts the live ones
+    (:func:`destroy_process_group` of a group takes it off), 0 before :func:`init` and after the
+    world is destroyed.
 
     Example:
         >>> import mpicomm
-        >>> mpicomm.is_available()
-        True
+        >>> before = mpicomm.get_pg_count()
+        >>> g = mpicomm.new_group()
+        >>> mpicomm.get_pg_count() - before
+        1
+        >>> mpicomm.destroy_process_group(g)
     """
-    try:
-        _mpi.load()
-    except ImportError:
-        return False
-    return True
+    return len(_State.groups)
 
 
-def is_mpi_available() -> bool:
-    """Whether the MPI backend is available; the same as :func:`is_available` (MPI is the only one).
+def is_torchelastic_launched() -> bool:
+    """Whether torchrun (torch elastic) started this process: ``TORCHELASTIC_RUN_ID`` is set, as torch checks.
+
+    mpicomm's ranks come from the MPI launcher; torchrun's workers are not MPI ranks, so under
+    torchrun mpicomm sees each worker as a world of its own.
 
     Example:
         >>> import mpicomm
-        >>> mpicomm.is_mpi_available()
+        >>> isinstance(mpicomm.is_torchelastic_launched(), bool)
         True
     """
-    return is_available()
+    return os.getenv("TORCHELASTIC_RUN_ID") is not None
 
 
 def get_backend(group: ProcessGroup | None = None) -> Backend:
