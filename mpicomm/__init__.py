@@ -41,6 +41,7 @@ from .core.groups import (
     new_group,
     new_node_group,
 )
+from .core.mesh import DeviceMesh, init_device_mesh
 from .core.reduce_op import ReduceOp, supports_complex
 from .core.torch_compat import (
     GroupMember,
@@ -131,6 +132,7 @@ __all__ = [
     "CrossRankMismatchError",
     "DebugLevel",
     "DefaultGroupError",
+    "DeviceMesh",
     "DistBackendError",
     "DistError",
     "DistNetworkError",
@@ -183,6 +185,7 @@ __all__ = [
     "get_world_size",
     "group",
     "init",
+    "init_device_mesh",
     "init_process_group",
     "irecv",
     "is_available",

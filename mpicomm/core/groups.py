@@ -370,10 +370,29 @@ def new_group(
         comm = w.comm.Create_group(w.comm.group.Incl(members)) if me in members else _mpi.MPI.COMM_NULL
     else:
         comm = w.comm.Split(0 if me in members else _mpi.MPI.UNDEFINED, me)
+    return register(comm, members, group_desc, label, seconds)
+
+
+def register(
+    comm: Any, members: list[int], name: str | None, backend: str, timeout: float | None
+) -> ProcessGroup:
+    """The group on a communicator just made (``COMM_NULL``: this rank's non-member group), kept for destroy.
+
+    Args:
+        comm: The new communicator, or ``MPI.COMM_NULL`` on a rank outside the group.
+        members: The world ranks of the members, in group-rank order.
+        name: The group's name; None for the next ``groupN``.
+        backend: The backend name the group keeps.
+        timeout: The group's timeout in seconds, or None.
+
+    Returns:
+        The group.
+    """
     _State.counter += 1
-    name = group_desc or f"group{_State.counter}"
-    group = ProcessGroup(None if comm == _mpi.MPI.COMM_NULL else comm, members, name, label)
-    group.timeout = seconds
+    group = ProcessGroup(
+        None if comm == _mpi.MPI.COMM_NULL else comm, members, name or f"group{_State.counter}", backend
+    )
+    group.timeout = timeout
     _State.groups.append(group)
     return group
 

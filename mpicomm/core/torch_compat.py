@@ -28,6 +28,7 @@ from .groups import (
     init,
     new_group,
     new_node_group,
+    register,
     resolve,
     timeout_seconds,
 )
@@ -499,14 +500,9 @@ def split_group(
     me = parent.rank()
     color = next((i for i, ranks in enumerate(lists) if me in ranks), _mpi.MPI.UNDEFINED)
     comm = parent.comm.Split(color, me)
-    _State.counter += 1
     if comm == _mpi.MPI.COMM_NULL:
         return None
-    members = [parent.ranks[r] for r in lists[color]]
-    group = ProcessGroup(comm, members, group_desc or f"group{_State.counter}", label)
-    group.timeout = seconds
-    _State.groups.append(group)
-    return group
+    return register(comm, [parent.ranks[r] for r in lists[color]], group_desc, label, seconds)
 
 
 def _split_lists(split_ranks: object, parent: ProcessGroup, fn: str) -> list[list[int]]:

@@ -128,6 +128,10 @@ def _split_group_bad_rank(w: int) -> Callable[[], Any]:
     return lambda: mpicomm.split_group(split_ranks=_bad_on_zero([list(range(w))], [[0, w + 3]]))
 
 
+def _mesh_bad_shape(w: int) -> Callable[[], Any]:
+    return lambda: mpicomm.init_device_mesh("cpu", _bad_on_zero((w,), (w + 1,)))
+
+
 MISTAKES: dict[str, tuple[Callable[[int], Callable[[], Any]], type[BaseException], tuple[str, ...]]] = {
     "all_to_all_single output_split_sizes": (_a2a_single, ArgumentError, ("all_to_all_single", "rank 0")),
     "all_to_all_single float splits": (_a2a_float_splits, ArgumentTypeError, ("input_split_sizes",)),
@@ -143,6 +147,7 @@ MISTAKES: dict[str, tuple[Callable[[int], Callable[[], Any]], type[BaseException
     "KJTAllToAll input type": (_kjt_not_a_kja, ArgumentTypeError, ("KJTAllToAll",)),
     "broadcast_object_list bad src": (_object_bcast_bad_src, ArgumentError, ("broadcast_object_list", "src")),
     "new_group bad rank": (_new_group_bad_rank, ArgumentError, ("new_group",)),
+    "init_device_mesh bad shape": (_mesh_bad_shape, ArgumentError, ("init_device_mesh", "mesh_shape")),
     "split_group bad rank": (_split_group_bad_rank, ArgumentError, ("split_group", "split_ranks[0]")),
 }  # fmt: skip
 
@@ -169,6 +174,13 @@ def test_split_group_with_different_lists_is_caught(world: mpicomm.ProcessGroup)
     everywhere(
         lambda: mpicomm.split_group(split_ranks=lists), CrossRankMismatchError, "split_group", "split_ranks"
     )
+
+
+@pytest.mark.mpi(min_size=2)
+def test_device_meshes_that_differ_across_ranks_are_caught(world: mpicomm.ProcessGroup) -> None:
+    grid = np.arange(world.size())
+    mesh = _bad_on_zero(grid, grid[::-1])
+    everywhere(lambda: mpicomm.DeviceMesh("cpu", mesh), CrossRankMismatchError, "DeviceMesh", "mesh")
 
 
 @pytest.mark.mpi(min_size=2)

@@ -197,6 +197,10 @@ def test_error_hierarchy() -> None:
         errors.GroupError: RuntimeError,
         errors.CommunicationError: RuntimeError,
         errors.MPIUnavailableError: RuntimeError,
+        errors.DistError: RuntimeError,
+        errors.DistBackendError: RuntimeError,
+        errors.DistNetworkError: RuntimeError,
+        errors.DistStoreError: RuntimeError,
     }
     for cls, builtin in expected.items():
         assert issubclass(cls, errors.MpicommError) and issubclass(cls, builtin), cls
