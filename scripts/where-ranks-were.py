@@ -16,8 +16,11 @@ import re
 import sys
 from pathlib import Path
 
-# rank 0's unfinished progress line ("test_x.py ..") may come before another rank's prefix
-PREFIX = re.compile(r"^.*?\[rank (\d+)\] ?(.*)$")
+# rank 0's unfinished pytest progress line ("tests/mpi/test_x.py ..F") may come before another rank's
+# prefix; nothing else may (rank 0's own lines can quote a prefixed line, e.g. in an assertion)
+PREFIX = re.compile(r"^(?:\S+\.py [.sxXfFE]*)?\[rank (\d+)\] ?(.*)$")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+TIMEOUT = re.compile(r"^(?:\S+\.py [.sxXfFE]*)?\+{5,} Timeout \+{5,}\s*$")  # a whole line, as pytest-timeout
 FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 STACK = re.compile(r"Stack of (.+?) \(\d+\)")
 KEEP = 4  # innermost frames shown below the test function
@@ -62,13 +65,14 @@ def where(lines: list[str]) -> dict[int, str]:
     inside: dict[int, bool] = {}
     thread: dict[int, str] = {}
     for raw in lines:
+        raw = ANSI.sub("", raw)  # Open MPI's launcher gives pytest a terminal: colours
         m = PREFIX.match(raw)
         rank, text = (int(m.group(1)), m.group(2)) if m else (0, raw)
         header = RANKS.match(text)
         if header:
             size, dumps, inside, thread = int(header.group(1)), {}, {}, {}  # a new run: forget the last
             continue
-        if "+++++ Timeout +++++" in text:
+        if TIMEOUT.match(text):
             inside[rank] = not inside.get(rank, False)
             if inside[rank]:
                 dumps[rank] = {}

@@ -439,7 +439,9 @@ def _check_ranks(
         return list(range(size))
     try:
         raw = list(ranks)  # once: ranks may be a generator
-        members = sorted(int(r) for r in raw if isinstance(r, int) or hasattr(r, "__index__"))
+        members = sorted(
+            int(r) for r in raw if not isinstance(r, bool) and (isinstance(r, int) or hasattr(r, "__index__"))
+        )
     except TypeError:
         raise ArgumentTypeError(
             f"{fn}: {name} is a {type(ranks).__qualname__}; expected a list of integers"

@@ -53,7 +53,10 @@ class DeviceMesh:
         (True, True)
     """
 
-    __slots__ = ("_coordinate", "_device_type", "_flat", "_groups", "_mesh", "_names")
+    # _root: the mesh this one was sliced or flattened from (itself for a made mesh); _axes: the root
+    # dimensions behind each of this mesh's dimensions (several for a flattened one); _flat: on the
+    # root, name -> (root dimensions, this rank's flattened mesh)
+    __slots__ = ("_axes", "_coordinate", "_device_type", "_flat", "_groups", "_mesh", "_names", "_root")
 
     def __init__(
         self,
@@ -65,23 +68,25 @@ class DeviceMesh:
     ) -> None:
         fn = "DeviceMesh"
         world = resolve(None, fn)
-        try:
-            _check_device_type(device_type, fn)
-            grid = _check_mesh(mesh, world.size(), fn)
-            names = _check_names(mesh_dim_names, grid.ndim, fn)
-            labels = _labels(backend_override, names, grid.ndim, world.backend, fn)
-        except (ArgumentError, ArgumentTypeError) as exc:
-            if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
-                validation.report(world, fn, exc)
-            raise
-        if validation._Flag.on:
-            validation.check(world, fn, {"mesh": grid.tolist(), "mesh_dim_names": names})
-        self._device_type = device_type
-        self._mesh = grid
-        self._names = names
-        self._coordinate = _coordinate_of(grid, world.rank())
-        self._flat: dict[str, DeviceMesh] = {}
         with watchdog.timing(_SITE):
+            try:
+                _check_device_type(device_type, fn)
+                grid = _check_mesh(mesh, world.size(), fn)
+                names = _check_names(mesh_dim_names, grid.ndim, fn)
+                labels = _labels(backend_override, names, grid.ndim, world.backend, fn)
+            except (ArgumentError, ArgumentTypeError) as exc:
+                if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
+                    validation.report(world, fn, exc)
+                raise
+            if validation._Flag.on:
+                validation.check(world, fn, {"mesh": grid.tolist(), "mesh_dim_names": names})
+            self._device_type = device_type
+            self._mesh = grid
+            self._names = names
+            self._coordinate = _coordinate_of(grid, world.rank())
+            self._root = self
+            self._axes: list[tuple[int, ...]] = [(d,) for d in range(grid.ndim)]
+            self._flat: dict[str, tuple[tuple[int, ...], DeviceMesh]] = {}
             self._groups = [self._split(world, d, labels[d]) for d in range(grid.ndim)]
 
     def _split(self, world: ProcessGroup, dim: int, label: str) -> ProcessGroup:
@@ -122,10 +127,17 @@ class DeviceMesh:
         return tuple(int(n) for n in self._mesh.shape)
 
     def size(self, mesh_dim: int | str | None = None) -> int:
-        """The number of ranks in the mesh, or along ``mesh_dim``."""
+        """The number of ranks in the mesh, or along ``mesh_dim`` (an index or a name).
+
+        Example:
+            >>> import mpicomm
+            >>> mpicomm.init_device_mesh("cpu", (mpicomm.get_world_size(), 1)).size(1)
+            1
+        """
         if mesh_dim is None:
             return int(self._mesh.size)
-        return self.shape[self._dim(mesh_dim, "size")]
+        dims, _ = self._resolve(mesh_dim, "size")
+        return math.prod(self._root._mesh.shape[d] for d in dims)
 
     def get_rank(self) -> int:
         """This process's world rank."""
@@ -138,113 +150,207 @@ class DeviceMesh:
     def get_group(self, mesh_dim: int | str | None = None) -> ProcessGroup:
         """This rank's group along ``mesh_dim`` (optional on a 1-D mesh).
 
+        ``mesh_dim`` is an index, a name, or, on a mesh that was not sliced, a name given to
+        :meth:`_flatten`.
+
         Raises:
             ArgumentError: no ``mesh_dim`` on a mesh of more than one dimension, or an unknown one.
+
+        Example:
+            >>> import mpicomm
+            >>> w = mpicomm.get_world_size()
+            >>> mesh = mpicomm.init_device_mesh("cpu", (1, w), mesh_dim_names=("dp", "tp"))
+            >>> mesh.get_group("tp").ranks == list(range(mpicomm.get_world_size()))
+            True
         """
-        return self._groups[self._dim(mesh_dim, "get_group")]
+        return self._resolve(mesh_dim, "get_group")[1]
 
     def get_all_groups(self) -> list[ProcessGroup]:
         """This rank's group along every dimension, in order."""
         return list(self._groups)
 
     def get_local_rank(self, mesh_dim: int | str | None = None) -> int:
-        """This rank's rank in its group along ``mesh_dim`` (optional on a 1-D mesh); -1 outside the mesh."""
-        return self._groups[self._dim(mesh_dim, "get_local_rank")].rank()
+        """This rank's rank in its group along ``mesh_dim`` (as :meth:`get_group` takes it); -1 outside.
+
+        Example:
+            >>> import mpicomm
+            >>> mesh = mpicomm.init_device_mesh("cpu", (mpicomm.get_world_size(),))
+            >>> mesh.get_local_rank() == mpicomm.get_rank()
+            True
+        """
+        return self._resolve(mesh_dim, "get_local_rank")[1].rank()
 
     def __getitem__(self, mesh_dim_names: str | tuple[str, ...]) -> DeviceMesh:
         """The sub-mesh of the named dimensions that holds this rank, in the order named; no communication.
 
-        A name made by :meth:`_flatten` gives that flattened mesh.
+        On the mesh :func:`init_device_mesh` made, a name given to :meth:`_flatten` stands for the
+        dimensions it flattened (``mesh["dp_cp", "tp"]``). An order other than the mesh's gives the
+        transposed sub-mesh (torch 2.13 refuses it).
 
         Raises:
-            ArgumentError: the mesh has no names, or a name is unknown or given twice.
+            ArgumentError: the mesh has no names, or a name is unknown, or two name a dimension twice.
+
+        Example:
+            >>> import mpicomm
+            >>> w = mpicomm.get_world_size()
+            >>> mesh = mpicomm.init_device_mesh("cpu", (1, w), mesh_dim_names=("dp", "tp"))
+            >>> mesh["tp"].mesh.tolist() == list(range(mpicomm.get_world_size()))
+            True
         """
-        fn = "DeviceMesh.__getitem__"
+        fn = "__getitem__"
         wanted = (mesh_dim_names,) if isinstance(mesh_dim_names, str) else mesh_dim_names
-        if isinstance(mesh_dim_names, str) and mesh_dim_names in self._flat:
-            return self._flat[mesh_dim_names]
         if not self._names:
-            raise ArgumentError(f"{fn}: the mesh has no mesh_dim_names; expected a mesh made with names")
-        if not isinstance(wanted, tuple) or not wanted or len(set(wanted)) != len(wanted):
             raise ArgumentError(
-                f"{fn}: mesh_dim_names is {mesh_dim_names!r}; expected a name or a tuple of distinct "
+                f"DeviceMesh.{fn}: the mesh has no mesh_dim_names; expected a mesh made with names"
+            )
+        if not isinstance(wanted, tuple) or not wanted or not all(isinstance(n, str) for n in wanted):
+            raise ArgumentError(
+                f"DeviceMesh.{fn}: mesh_dim_names is {mesh_dim_names!r}; expected a name or a tuple of "
                 f"names of {self._names}"
             )
-        dims = [self._dim(name, "__getitem__") for name in wanted]
-        at = self._coordinate or (0,) * self.ndim
-        index = tuple(slice(None) if d in dims else at[d] for d in range(self.ndim))
-        kept = sorted(dims)
-        grid = np.transpose(self._mesh[index], [kept.index(d) for d in dims])
-        return _view(self, grid, tuple(wanted), [self._groups[d] for d in dims])
+        if wanted == self._names:
+            return self
+        if (
+            len(wanted) == 1
+            and self._root is self
+            and wanted[0] not in self._names
+            and wanted[0] in self._flat
+        ):
+            return self._flat[wanted[0]][1]
+        found = [self._resolve(name, fn) for name in wanted]
+        dims = [d for each, _ in found for d in each]
+        if len(set(dims)) != len(dims):
+            raise ArgumentError(
+                f"DeviceMesh.{fn}: mesh_dim_names is {mesh_dim_names!r}, which names a dimension twice; "
+                "expected distinct dimensions"
+            )
+        return _view(self._root, [each for each, _ in found], tuple(wanted), [g for _, g in found])
 
     def _flatten(self, mesh_dim_name: str | None = None) -> DeviceMesh:
         """A 1-D mesh of this mesh's ranks, row-major, with its own group (torch's ``_flatten``).
 
         Every world rank calls it (one ``MPI_Comm_split`` of the world). ``mesh_dim_name`` (default:
-        the names joined by ``_``) names it, and slicing with that name gives it back.
+        the names joined by ``_``) names it on the root mesh: ``root[name]``, ``root.get_group(name)``.
+        The same name and dimensions again give the same mesh; a 1-D mesh flattened under its own
+        name is itself.
 
         Raises:
             ArgumentTypeError: ``mesh_dim_name`` is not a str.
+            ArgumentError: the mesh has no names, or the name is a dimension's or flattens others.
+            CrossRankMismatchError: (validation mode) ranks passed different names.
+
+        Example:
+            >>> import mpicomm
+            >>> w = mpicomm.get_world_size()
+            >>> mesh = mpicomm.init_device_mesh("cpu", (1, w), mesh_dim_names=("dp", "tp"))
+            >>> flat = mesh._flatten()
+            >>> flat is mesh["dp_tp"], flat.get_group().size() == mpicomm.get_world_size()
+            (True, True)
         """
         fn = "DeviceMesh._flatten"
-        if mesh_dim_name is None:
-            mesh_dim_name = "_".join(self._names) if self._names else "flat"
-        if not isinstance(mesh_dim_name, str):
-            raise ArgumentTypeError(f"{fn}: mesh_dim_name is {mesh_dim_name!r}; expected a str or None")
-        if mesh_dim_name in self._flat:
-            return self._flat[mesh_dim_name]
         world = resolve(None, fn)
-        ranks = self._mesh.ravel()
-        member = self._coordinate is not None
+        root = self._root
+        dims = tuple(d for each in self._axes for d in each)
         with watchdog.timing(_SITE):
-            # the smallest rank names this mesh among the meshes that other ranks flatten now
+            try:
+                name = self._flat_name(mesh_dim_name, dims, fn)
+            except (ArgumentError, ArgumentTypeError) as exc:
+                if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
+                    validation.report(world, fn, exc)
+                raise
+            if validation._Flag.on:
+                validation.check(world, fn, {"mesh_dim_name": name, "dims": list(dims)})
+            if self.ndim == 1 and self._names and name == self._names[0]:
+                return self
+            if name in root._flat:
+                return root._flat[name][1]
+            ranks = self._mesh.ravel()
+            member = self._coordinate is not None
+            # the smallest rank names this slice among the slices that other ranks flatten now
             comm = world.comm.Split(int(ranks.min()) if member else _mpi.MPI.UNDEFINED, world.rank())
-        label = self._groups[0].backend if self._groups else world.backend
-        group = register(comm, sorted(ranks.tolist()) if member else [], f"mesh:{mesh_dim_name}", label, None)
-        flat = _view(self, ranks.copy(), (mesh_dim_name,), [group])
-        self._flat[mesh_dim_name] = flat
+            members = sorted(ranks.tolist()) if member else []
+            group = register(comm, members, f"mesh:{name}", self._groups[0].backend, world.timeout)
+        flat = _view(root, [dims], (name,), [group])
+        root._flat[name] = (dims, flat)
         return flat
 
-    def _dim(self, mesh_dim: int | str | None, fn: str) -> int:
+    def _flat_name(self, name: object, dims: tuple[int, ...], fn: str) -> str:
+        if not self._names:
+            raise ArgumentError(f"{fn}: the mesh has no mesh_dim_names; expected a mesh made with names")
+        if name is None:
+            name = "_".join(self._names)
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"{fn}: mesh_dim_name is {name!r}; expected a str or None")
+        root = self._root
+        own = self.ndim == 1 and name == self._names[0]
+        if not own and root._names and name in root._names:
+            raise ArgumentError(
+                f"{fn}: mesh_dim_name is {name!r}, a dimension of the mesh; expected a new name"
+            )
+        if name in root._flat and root._flat[name][0] != dims:
+            raise ArgumentError(
+                f"{fn}: mesh_dim_name is {name!r}, which already flattens other dimensions of the mesh; "
+                "expected a new name"
+            )
+        return name
+
+    def _resolve(self, mesh_dim: int | str | None, fn: str) -> tuple[tuple[int, ...], ProcessGroup]:
+        """The root dimensions and this rank's group behind ``mesh_dim``."""
         if mesh_dim is None:
             if self.ndim != 1:
                 raise ArgumentError(
                     f"DeviceMesh.{fn}: mesh_dim is None on a {self.ndim}-D mesh; expected a dimension "
                     f"(an index or one of {self._names})"
                 )
-            return 0
+            return self._axes[0], self._groups[0]
         if isinstance(mesh_dim, str):
-            if self._names is None or mesh_dim not in self._names:
-                raise ArgumentError(
-                    f"DeviceMesh.{fn}: mesh_dim is {mesh_dim!r}; expected one of "
-                    f"{self._names or '(no names: use an index)'}"
-                )
-            return self._names.index(mesh_dim)
+            if self._names and mesh_dim in self._names:
+                i = self._names.index(mesh_dim)
+                return self._axes[i], self._groups[i]
+            if self._root is self and mesh_dim in self._flat:
+                dims, flat = self._flat[mesh_dim]
+                return dims, flat._groups[0]
+            raise ArgumentError(
+                f"DeviceMesh.{fn}: mesh_dim is {mesh_dim!r}; expected one of "
+                f"{self._names or '(no names: use an index)'}"
+            )
         if isinstance(mesh_dim, bool) or not isinstance(mesh_dim, (int, np.integer)):
             raise ArgumentTypeError(f"DeviceMesh.{fn}: mesh_dim is {mesh_dim!r}; expected an int or a name")
         if not -self.ndim <= mesh_dim < self.ndim:
             raise ArgumentError(
                 f"DeviceMesh.{fn}: mesh_dim is {mesh_dim}; expected -{self.ndim} <= mesh_dim < {self.ndim}"
             )
-        return int(mesh_dim) % self.ndim
+        i = int(mesh_dim) % self.ndim
+        return self._axes[i], self._groups[i]
 
     def __repr__(self) -> str:
         names = f", mesh_dim_names={self._names}" if self._names else ""
         return f"DeviceMesh({self._device_type!r}, {self._mesh.tolist()}{names})"
 
 
-def _view(parent: DeviceMesh, grid: Any, names: tuple[str, ...], groups: list[ProcessGroup]) -> DeviceMesh:
+def _view(
+    root: DeviceMesh, axes: list[tuple[int, ...]], names: tuple[str, ...], groups: list[ProcessGroup]
+) -> DeviceMesh:
+    """The mesh over ``axes`` (root dimensions each) that holds this rank; no communication."""
+    used = [d for each in axes for d in each]
+    others = [d for d in range(root.ndim) if d not in used]
+    at = root._coordinate or (0,) * root.ndim  # a rank outside the mesh: the first slice
+    moved = np.transpose(root._mesh, used + others)
+    picked = moved[(slice(None),) * len(used) + tuple(at[d] for d in others)]
     sub = DeviceMesh.__new__(DeviceMesh)
-    sub._device_type = parent.device_type
-    sub._mesh = np.array(grid, np.int64)
+    sub._device_type = root._device_type
+    sub._mesh = np.array(picked.reshape([math.prod(root._mesh.shape[d] for d in each) for each in axes]))
     sub._mesh.flags.writeable = False
     sub._names = names
-    sub._coordinate = _coordinate_of(sub._mesh, get_rank())
+    sub._coordinate = _coordinate_of(sub._mesh, get_rank()) if root._coordinate is not None else None
     sub._groups = groups
-    sub._flat = parent._flat  # one table for the mesh and its slices: root[name] finds a flattened slice
+    sub._root = root
+    sub._axes = list(axes)
+    sub._flat = {}
     return sub
 
 
+@watchdog.timed(watchdog.Site("init_device_mesh"), None)
 def init_device_mesh(
     device_type: str,
     mesh_shape: tuple[int, ...],

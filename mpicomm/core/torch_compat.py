@@ -485,36 +485,47 @@ def split_group(
             f"{fn}: parent_pg is {parent.name}, which this rank is not a member of; expected a group "
             "that holds every rank calling split_group"
         )
-    label = check_backend(backend, fn, parent.backend)
-    seconds = timeout_seconds(timeout, fn)
-    if group_desc is not None and not isinstance(group_desc, str):
-        raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
     try:
+        label = check_backend(backend, fn, parent.backend)
+        seconds = timeout_seconds(timeout, fn)
+        if group_desc is not None and not isinstance(group_desc, str):
+            raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
         lists = _split_lists(split_ranks, parent, fn)
     except (ArgumentError, ArgumentTypeError) as exc:
         if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
             validation.report(parent, fn, exc)
         raise
-    if validation._Flag.on:
-        validation.check(parent, fn, {"split_ranks": lists})
+    if validation._Flag.on:  # the same subgroups in another order are the same split
+        validation.check(parent, fn, {"split_ranks": sorted(lists)})
     me = parent.rank()
-    color = next((i for i, ranks in enumerate(lists) if me in ranks), _mpi.MPI.UNDEFINED)
-    comm = parent.comm.Split(color, me)
-    if comm == _mpi.MPI.COMM_NULL:
+    mine = next((ranks for ranks in lists if me in ranks), None)
+    # the colour is the subgroup's smallest rank, not its place in the list: ranks that list the same
+    # subgroups in different orders still agree (torch's split depends on the subgroup only)
+    comm = parent.comm.Split(_mpi.MPI.UNDEFINED if mine is None else mine[0], me)
+    if mine is None:
+        _State.counter += 1  # as register() does on the members: default names stay the same on all ranks
         return None
-    return register(comm, [parent.ranks[r] for r in lists[color]], group_desc, label, seconds)
+    return register(comm, [parent.ranks[r] for r in mine], group_desc, label, seconds)
 
 
 def _split_lists(split_ranks: object, parent: ProcessGroup, fn: str) -> list[list[int]]:
-    if not isinstance(split_ranks, (list, tuple)) or not split_ranks:
+    if not isinstance(split_ranks, (list, tuple)):
+        raise ArgumentTypeError(
+            f"{fn}: split_ranks is {split_ranks!r}; expected a non-empty list of lists of group ranks"
+        )
+    if not split_ranks:
         raise ArgumentError(
             f"{fn}: split_ranks is {split_ranks!r}; expected a non-empty list of lists of group ranks"
         )
     lists = []
     for i, ranks in enumerate(split_ranks):
-        if ranks is None or (isinstance(ranks, (list, tuple)) and not ranks):
-            raise ArgumentError(f"{fn}: split_ranks[{i}] is {ranks!r}; expected a non-empty list of ranks")
-        lists.append(_check_ranks(ranks, parent.size(), fn, f"split_ranks[{i}]", f"group {parent.name}"))
+        what = f"split_ranks[{i}]"
+        checked = (
+            [] if ranks is None else _check_ranks(ranks, parent.size(), fn, what, f"group {parent.name}")
+        )
+        if not checked:
+            raise ArgumentError(f"{fn}: {what} is {ranks!r}; expected a non-empty list of ranks")
+        lists.append(checked)
     _check_disjoint(lists, fn)
     return lists
 

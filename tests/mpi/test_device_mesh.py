@@ -76,14 +76,16 @@ def test_a_mesh_in_any_order_takes_group_ranks_from_the_sorted_world_ranks(world
 def test_slicing_keeps_the_parents_groups_in_the_order_named(world, rng):
     w, r = world.size(), world.rank()
     data = rng.standard_normal((w, 2))
-    for shape in _shapes(w):
+    for shape, permuted in itertools.product(_shapes(w), [False, True]):
         names = NAMES[: len(shape)]
-        mesh = mpicomm.init_device_mesh("cpu", shape, mesh_dim_names=names)
-        grid = np.arange(w).reshape(shape)
+        grid = (rng.permutation(w) if permuted else np.arange(w)).reshape(shape)
+        mesh = mpicomm.DeviceMesh("cpu", grid, mesh_dim_names=names)
         coord = mesh.get_coordinate()
         for k in range(1, len(shape) + 1):
             for wanted in itertools.permutations(names, k):
                 sub = mesh[wanted] if k > 1 else mesh[wanted[0]]
+                if wanted == names:
+                    assert sub is mesh  # as torch: the whole mesh is itself
                 dims = [names.index(n) for n in wanted]
                 index = tuple(slice(None) if d in dims else coord[d] for d in range(len(shape)))
                 expected = np.transpose(grid[index], [sorted(dims).index(d) for d in dims])
@@ -110,6 +112,55 @@ def test_flatten_makes_one_group_and_the_root_mesh_finds_it_by_name(world, rng):
     assert whole.get_group().ranks == list(range(w)) and mesh["all"] is whole
 
 
+@pytest.mark.mpi(min_size=1)
+def test_flatten_names_stay_apart_from_dimensions_and_from_each_other(world, rng):
+    w, r = world.size(), world.rank()
+    data = rng.standard_normal((w, 2))
+    mesh = mpicomm.init_device_mesh("cpu", (1, w), mesh_dim_names=("dp", "tp"))
+    tp = mesh["tp"]
+    assert tp._flatten() is tp and tp._flatten("tp") is tp  # a 1-D mesh under its own name
+    with pytest.raises(
+        mpicomm.ArgumentError, match=r"_flatten: mesh_dim_name is 'tp', a dimension of the mesh"
+    ):
+        mesh._flatten("tp")
+    with pytest.raises(
+        mpicomm.ArgumentError, match=r"_flatten: mesh_dim_name is 'tp', a dimension of the mesh"
+    ):
+        mesh["dp"]._flatten("tp")
+    x = mesh["dp"]._flatten("x")
+    assert mesh["dp"]._flatten("x") is x is mesh["x"]  # the same name and dimensions: the same mesh
+    with pytest.raises(mpicomm.ArgumentError, match="'x', which already flattens other dimensions"):
+        mesh["tp"]._flatten("x")
+    with pytest.raises(
+        mpicomm.ArgumentError, match=r"__getitem__: mesh_dim is 'x'; expected one of \('tp',\)"
+    ):
+        mesh["tp"]["x"]  # flattened names belong to the mesh they were made on
+    with pytest.raises(mpicomm.ArgumentError, match="the mesh has no mesh_dim_names"):
+        mpicomm.DeviceMesh("cpu", np.arange(w))._flatten()
+    both = mesh._flatten()
+    assert mesh.get_group("dp_tp") is both.get_group() and mesh.get_local_rank("dp_tp") == r
+    assert mesh.size("dp_tp") == w and both.mesh.tolist() == list(range(w))
+    _check_groups(both, np.arange(w), data, r)
+
+
+@pytest.mark.mpi(min_size=8)
+def test_a_flattened_name_slices_with_the_other_dimensions(world, rng):
+    w, r = world.size(), world.rank()
+    data = rng.standard_normal((w, 2))
+    grid = np.arange(w).reshape(2, 2, w // 4)
+    mesh = mpicomm.DeviceMesh("cpu", grid, mesh_dim_names=("dp", "cp", "tp"))
+    mesh["dp", "tp"]._flatten("dp_tp")
+    hsdp = mesh["dp_tp", "cp"]
+    coord = mesh.get_coordinate()
+    expected = np.transpose(grid, (0, 2, 1)).reshape(2 * (w // 4), 2)
+    assert hsdp.mesh.tolist() == expected.tolist() and hsdp.get_group("cp") is mesh.get_group("cp")
+    assert hsdp.get_group("dp_tp") is mesh["dp_tp"].get_group() and hsdp.get_coordinate() is not None
+    _check_groups(hsdp, expected, data, r)
+    with pytest.raises(mpicomm.ArgumentError, match="names a dimension twice"):
+        mesh["dp_tp", "dp"]
+    assert coord == tuple(int(c) for c in np.argwhere(grid == r)[0])
+
+
 @pytest.mark.mpi(min_size=2)
 def test_a_rank_outside_the_mesh_has_no_coordinate_and_non_member_groups(world):
     w, r = world.size(), world.rank()
@@ -124,6 +175,11 @@ def test_a_rank_outside_the_mesh_has_no_coordinate_and_non_member_groups(world):
         assert mesh.get_coordinate() == (r,)
         mpicomm.all_reduce(x, group=mesh.get_group())
         assert x.tolist() == [float(w - 1)] * 2
+    flat = mesh._flatten("y")  # every world rank calls it; the outside rank gets a non-member group
+    assert flat.get_group().is_member == (r != w - 1) and flat.mesh.tolist() == list(range(w - 1))
+    assert (flat.get_coordinate() is None) == (r == w - 1) and mesh[
+        "x"
+    ].get_coordinate() == flat.get_coordinate()
 
 
 @pytest.mark.mpi(min_size=1)
@@ -139,7 +195,7 @@ def test_backend_override_names_a_dimensions_groups(world):
 
 
 @pytest.mark.mpi(min_size=1)
-def test_bad_meshes_and_dimensions_are_refused_before_any_mpi_call(world):
+def test_bad_meshes_and_dimensions_are_refused_naming_the_argument(world):
     w = world.size()
     cases = [
         (lambda: mpicomm.init_device_mesh("cpu", (w + 1,)), mpicomm.ArgumentError,

@@ -132,6 +132,11 @@ def _mesh_bad_shape(w: int) -> Callable[[], Any]:
     return lambda: mpicomm.init_device_mesh("cpu", _bad_on_zero((w,), (w + 1,)))
 
 
+def _flatten_a_dimension(w: int) -> Callable[[], Any]:
+    mesh = mpicomm.init_device_mesh("cpu", (1, w), mesh_dim_names=("dp", "tp"))
+    return lambda: mesh._flatten(_bad_on_zero("both", "tp"))
+
+
 MISTAKES: dict[str, tuple[Callable[[int], Callable[[], Any]], type[BaseException], tuple[str, ...]]] = {
     "all_to_all_single output_split_sizes": (_a2a_single, ArgumentError, ("all_to_all_single", "rank 0")),
     "all_to_all_single float splits": (_a2a_float_splits, ArgumentTypeError, ("input_split_sizes",)),
@@ -148,6 +153,7 @@ MISTAKES: dict[str, tuple[Callable[[int], Callable[[], Any]], type[BaseException
     "broadcast_object_list bad src": (_object_bcast_bad_src, ArgumentError, ("broadcast_object_list", "src")),
     "new_group bad rank": (_new_group_bad_rank, ArgumentError, ("new_group",)),
     "init_device_mesh bad shape": (_mesh_bad_shape, ArgumentError, ("init_device_mesh", "mesh_shape")),
+    "DeviceMesh._flatten a dimension's name": (_flatten_a_dimension, ArgumentError, ("_flatten", "'tp'")),
     "split_group bad rank": (_split_group_bad_rank, ArgumentError, ("split_group", "split_ranks[0]")),
 }  # fmt: skip
 

@@ -217,6 +217,25 @@ def test_split_group_makes_this_ranks_subgroup_with_one_split(world, rng, shape)
     dist.destroy_process_group(mine)
 
 
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("validate", [False, True])
+def test_split_group_takes_the_same_subgroups_listed_in_another_order_on_some_ranks(world, validate):
+    w, r = world.size(), world.rank()
+    halves = [list(range(w // 2)), list(range(w // 2, w))]
+    lists = halves[::-1] if r % 2 else halves  # the same split, listed the other way round on odd ranks
+    mpicomm.set_validation(validate)
+    try:
+        mine = dist.split_group(split_ranks=lists)
+    finally:
+        mpicomm.set_validation(False)
+    expected = halves[0] if r < w // 2 else halves[1]
+    assert mine.ranks == expected and mine.size() == len(expected)
+    x = np.array([float(r)])
+    dist.all_reduce(x, group=mine)
+    assert x[0] == sum(expected)
+    dist.destroy_process_group(mine)
+
+
 @pytest.mark.mpi(min_size=3)
 def test_split_group_of_a_subgroup_takes_its_group_ranks_and_leaves_unlisted_ranks_out(world):
     w, r = world.size(), world.rank()
@@ -241,7 +260,9 @@ def test_split_group_of_a_subgroup_takes_its_group_ranks_and_leaves_unlisted_ran
 def test_split_group_refuses_bad_lists_before_any_mpi_call(world):
     w = world.size()
     cases = [
-        (None, mpicomm.ArgumentError, r"split_group: split_ranks is None; expected a non-empty list"),
+        (None, mpicomm.ArgumentTypeError, r"split_group: split_ranks is None; expected a non-empty list"),
+        ([range(0)], mpicomm.ArgumentError, r"split_ranks\[0\] is range\(0, 0\); expected a non-empty list"),
+        ([[True]], mpicomm.ArgumentTypeError, r"split_ranks\[0\] is \[True\]; expected a list of integers"),
         ([], mpicomm.ArgumentError, r"split_ranks is \[\]; expected a non-empty list"),
         ([[0], []], mpicomm.ArgumentError, r"split_ranks\[1\] is \[\]; expected a non-empty list"),
         (

@@ -1,6 +1,8 @@
 """torch's small helpers, checked against torch itself where torch answers the same question:
-availability by backend name, supports_complex, get_pg_count, is_torchelastic_launched and the
-DistError classes (tests/mpi/test_timeouts.py catches a real timeout as one)."""
+supports_complex, get_pg_count, is_torchelastic_launched, the DistError classes, and
+is_backend_available for single names (for device lists torch asks about NCCL itself, which its CPU
+wheel lacks; mpicomm serves every name on MPI). tests/mpi/test_timeouts.py catches a real timeout as a
+DistBackendError."""
 
 from __future__ import annotations
 

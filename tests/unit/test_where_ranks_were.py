@@ -103,3 +103,15 @@ def test_a_prefix_after_rank_zeros_unfinished_progress_line_is_that_ranks(
         "[rank 1] +++++++++++++++ Timeout +++++++++++++++",
     ]
     assert where(log) == {1: "mpi/test_a.py:7 test_a"}
+
+
+def test_rank_zeros_lines_that_quote_another_ranks_dump_are_rank_zeros(
+    where: Callable[[list[str]], dict[int, str]],
+) -> None:
+    quoted = [
+        "E         [rank 1] +++++++++++++++ Timeout +++++++++++++++",
+        "E         [rank 1] ~~~~~~~~~~ Stack of MainThread (140) ~~~~~~~~~~",
+        'E         [rank 1]   File "/x/tests/mpi/test_a.py", line 7, in test_a',
+        "E         [rank 1] +++++++++++++++ Timeout +++++++++++++++",
+    ]
+    assert where(quoted) == {}
