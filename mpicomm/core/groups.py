@@ -353,16 +353,12 @@ def new_group(
     """
     fn = "new_group"
     w = world(fn)
-    label = check_backend(backend, fn, w.backend)
-    seconds = timeout_seconds(timeout, fn)
-    if group_desc is not None and not isinstance(group_desc, str):
-        raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
-    try:
+    with validation.reporting(w, fn):  # wrong on some ranks only: raised on every rank together
+        label = check_backend(backend, fn, w.backend)
+        seconds = timeout_seconds(timeout, fn)
+        if group_desc is not None and not isinstance(group_desc, str):
+            raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
         members = _check_ranks(ranks, w.size(), fn)
-    except (ArgumentError, ArgumentTypeError) as exc:
-        if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
-            validation.report(w, fn, exc)
-        raise
     if validation._Flag.on:
         validation.check(w, fn, {"ranks": members})
     me = w.rank()

@@ -69,15 +69,11 @@ class DeviceMesh:
         fn = "DeviceMesh"
         world = resolve(None, fn)
         with watchdog.timing(_SITE):
-            try:
+            with validation.reporting(world, fn):
                 _check_device_type(device_type, fn)
                 grid = _check_mesh(mesh, world.size(), fn)
                 names = _check_names(mesh_dim_names, grid.ndim, fn)
                 labels = _labels(backend_override, names, grid.ndim, world.backend, fn)
-            except (ArgumentError, ArgumentTypeError) as exc:
-                if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
-                    validation.report(world, fn, exc)
-                raise
             if validation._Flag.on:
                 validation.check(world, fn, {"mesh": grid.tolist(), "mesh_dim_names": names})
             self._device_type = device_type
@@ -252,12 +248,8 @@ class DeviceMesh:
         root = self._root
         dims = tuple(d for each in self._axes for d in each)
         with watchdog.timing(_SITE):
-            try:
+            with validation.reporting(world, fn):
                 name = self._flat_name(mesh_dim_name, dims, fn)
-            except (ArgumentError, ArgumentTypeError) as exc:
-                if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
-                    validation.report(world, fn, exc)
-                raise
             if validation._Flag.on:
                 validation.check(world, fn, {"mesh_dim_name": name, "dims": list(dims)})
             if self.ndim == 1 and self._names and name == self._names[0]:
@@ -384,12 +376,8 @@ def init_device_mesh(
     """
     fn = "init_device_mesh"
     world = resolve(None, fn)
-    try:
+    with validation.reporting(world, fn):
         shape = _check_shape(mesh_shape, world.size(), fn)
-    except (ArgumentError, ArgumentTypeError) as exc:
-        if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
-            validation.report(world, fn, exc)
-        raise
     grid = np.arange(world.size(), dtype=np.int64).reshape(shape)
     return DeviceMesh(device_type, grid, mesh_dim_names=mesh_dim_names, backend_override=backend_override)
 

@@ -485,16 +485,12 @@ def split_group(
             f"{fn}: parent_pg is {parent.name}, which this rank is not a member of; expected a group "
             "that holds every rank calling split_group"
         )
-    try:
+    with validation.reporting(parent, fn):  # wrong on some ranks only: raised on every rank together
         label = check_backend(backend, fn, parent.backend)
         seconds = timeout_seconds(timeout, fn)
         if group_desc is not None and not isinstance(group_desc, str):
             raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
         lists = _split_lists(split_ranks, parent, fn)
-    except (ArgumentError, ArgumentTypeError) as exc:
-        if validation._Flag.on:  # wrong on some ranks only: raise it on every rank together
-            validation.report(parent, fn, exc)
-        raise
     if validation._Flag.on:  # the same subgroups in another order are the same split
         validation.check(parent, fn, {"split_ranks": sorted(lists)})
     me = parent.rank()

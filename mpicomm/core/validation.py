@@ -159,6 +159,34 @@ def check(
         raise CrossRankMismatchError(f"{fn}: validation found ranks that disagree: {message}")
 
 
+class reporting:  # noqa: N801 - used as a function: ``with validation.reporting(group, fn):``
+    """Around a call's local argument checks: in validation mode a mistake raised there is reported.
+
+    An :class:`~mpicomm.ArgumentError` or :class:`~mpicomm.ArgumentTypeError` leaving the block goes
+    through :func:`report`, so the other ranks, waiting in the same call's exchange, raise it too
+    instead of waiting for this rank. With validation off it passes through unchanged.
+
+    Example:
+        >>> import mpicomm
+        >>> from mpicomm.core import validation
+        >>> with validation.reporting(mpicomm.init(), "example"):
+        ...     pass
+    """
+
+    __slots__ = ("fn", "group")
+
+    def __init__(self, group: ProcessGroup, fn: str) -> None:
+        self.group = group
+        self.fn = fn
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
+        if _Flag.on and isinstance(exc, (ArgumentError, ArgumentTypeError)):
+            report(self.group, self.fn, exc)  # raises the same error on every rank
+
+
 def report(group: ProcessGroup, fn: str, exc: Exception) -> NoReturn:
     """This rank's local check of ``fn`` failed: tell every rank in the validation exchange, raise together.
 
