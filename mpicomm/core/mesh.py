@@ -76,14 +76,83 @@ class DeviceMesh:
                 labels = _labels(backend_override, names, grid.ndim, world.backend, fn)
             if validation._Flag.on:
                 validation.check(world, fn, {"mesh": grid.tolist(), "mesh_dim_names": names})
-            self._device_type = device_type
-            self._mesh = grid
-            self._names = names
-            self._coordinate = _coordinate_of(grid, world.rank())
-            self._root = self
-            self._axes: list[tuple[int, ...]] = [(d,) for d in range(grid.ndim)]
-            self._flat: dict[str, tuple[tuple[int, ...], DeviceMesh]] = {}
+            self._fill(device_type, grid, names)
             self._groups = [self._split(world, d, labels[d]) for d in range(grid.ndim)]
+
+    def _fill(self, device_type: str, grid: np.ndarray, names: tuple[str, ...] | None) -> None:
+        self._device_type = device_type
+        self._mesh = grid
+        self._names = names
+        self._coordinate = _coordinate_of(grid, get_rank())
+        self._root = self
+        self._axes: list[tuple[int, ...]] = [(d,) for d in range(grid.ndim)]
+        self._flat: dict[str, tuple[tuple[int, ...], DeviceMesh]] = {}
+
+    @staticmethod
+    def from_group(
+        group: ProcessGroup | list[ProcessGroup],
+        device_type: str,
+        mesh: Any = None,
+        *,
+        mesh_dim_names: tuple[str, ...] | None = None,
+    ) -> DeviceMesh:
+        """A mesh over groups you already have, one per dimension (torch's ``DeviceMesh.from_group``).
+
+        No communication: the groups become the mesh's dimension groups. One group gives a 1-D mesh
+        of its ranks; a list needs ``mesh`` (world ranks, one dimension per group) and
+        ``mesh_dim_names``, and each group must be this rank's line of ``mesh`` along its dimension.
+
+        Args:
+            group: A group, or a list of groups (one per dimension).
+            device_type: As for :class:`DeviceMesh`.
+            mesh: The grid; for one group, its ranks if given.
+            mesh_dim_names: One distinct name per dimension.
+
+        Raises:
+            ArgumentTypeError: ``group`` is not a group or a list of them.
+            ArgumentError: ``mesh`` does not match the groups, or a missing ``mesh`` or names.
+
+        Example:
+            >>> import mpicomm
+            >>> mesh = mpicomm.DeviceMesh.from_group(mpicomm.init(), "cpu", mesh_dim_names=("dp",))
+            >>> mesh.get_group("dp") is mpicomm.init()
+            True
+        """
+        fn = "DeviceMesh.from_group"
+        single = not isinstance(group, (list, tuple))
+        given: list[Any] = [group] if single else list(group)  # type: ignore[arg-type]
+        groups = [resolve(g, fn) for g in given]
+        world = resolve(None, fn)
+        _check_device_type(device_type, fn)
+        if single:
+            if mesh is not None and np.asarray(mesh).ravel().tolist() != groups[0].ranks:
+                raise ArgumentError(
+                    f"{fn}: mesh is {mesh!r}; expected the group's world ranks {groups[0].ranks} or None"
+                )
+            mesh = groups[0].ranks
+        elif not groups or mesh is None or mesh_dim_names is None:
+            raise ArgumentError(
+                f"{fn}: group is a list of {len(groups)} groups with mesh={mesh!r} and mesh_dim_names="
+                f"{mesh_dim_names!r}; expected at least one group, and a mesh and names for a list"
+            )
+        grid = _check_mesh(mesh, world.size(), fn)
+        if grid.ndim != len(groups):
+            raise ArgumentError(
+                f"{fn}: mesh has {grid.ndim} dimensions; expected one per group ({len(groups)})"
+            )
+        names = _check_names(mesh_dim_names, grid.ndim, fn)
+        out = DeviceMesh.__new__(DeviceMesh)
+        out._fill(device_type, grid, names)
+        where = out._coordinate
+        for d, g in enumerate(groups):
+            line = None if where is None else _line(grid, where, d)
+            if line is not None and g.ranks != line:
+                raise ArgumentError(
+                    f"{fn}: group[{d}] holds world ranks {g.ranks}; expected this rank's line of mesh along "
+                    f"dimension {d}, world ranks {line}"
+                )
+        out._groups = groups
+        return out
 
     def _split(self, world: ProcessGroup, dim: int, label: str) -> ProcessGroup:
         lines = np.moveaxis(self._mesh, dim, -1).reshape(-1, self._mesh.shape[dim])
@@ -455,6 +524,12 @@ def _labels(override: object, names: tuple[str, ...] | None, ndim: int, default:
             )
         labels[d] = backend_name(value, fn, default)
     return labels
+
+
+def _line(grid: np.ndarray, coordinate: tuple[int, ...], dim: int) -> list[int]:
+    """The world ranks that share ``coordinate`` in every dimension but ``dim``, sorted."""
+    index = tuple(slice(None) if d == dim else c for d, c in enumerate(coordinate))
+    return sorted(grid[index].tolist())
 
 
 def _coordinate_of(grid: np.ndarray, rank: int) -> tuple[int, ...] | None:

@@ -161,6 +161,36 @@ def test_a_flattened_name_slices_with_the_other_dimensions(world, rng):
     assert coord == tuple(int(c) for c in np.argwhere(grid == r)[0])
 
 
+@pytest.mark.mpi(min_size=1)
+def test_from_group_wraps_groups_you_have_without_communicating(world, rng):
+    w, r = world.size(), world.rank()
+    data = rng.standard_normal((w, 2))
+    whole = mpicomm.DeviceMesh.from_group(world, "cpu", mesh_dim_names=("all",))
+    assert whole.get_group("all") is world and whole.mesh.tolist() == list(range(w))
+    assert whole.get_coordinate() == (r,)
+    evens = mpicomm.new_group(range(0, w, 2))
+    part = mpicomm.DeviceMesh.from_group(evens, "cpu", list(range(0, w, 2)))
+    assert part.get_coordinate() == ((r // 2,) if r % 2 == 0 else None) and part.get_group() is evens
+    shape = (2, w // 2) if w % 2 == 0 else (1, w)
+    made = mpicomm.init_device_mesh("cpu", shape, mesh_dim_names=("dp", "tp"))
+    again = mpicomm.DeviceMesh.from_group(made.get_all_groups(), "cpu", made.mesh, mesh_dim_names=("x", "y"))
+    assert again.get_all_groups() == made.get_all_groups() and again.get_coordinate() == made.get_coordinate()
+    _check_groups(again, np.arange(w).reshape(shape), data, r)
+    assert again["y"].mesh.tolist() == made["tp"].mesh.tolist()
+    with pytest.raises(
+        mpicomm.ArgumentError, match=r"from_group: mesh is \[[01]\]; expected the group's world ranks"
+    ):
+        mpicomm.DeviceMesh.from_group(world, "cpu", [0] if w > 1 else [1])
+    with pytest.raises(mpicomm.ArgumentError, match="expected at least one group, and a mesh and names"):
+        mpicomm.DeviceMesh.from_group(made.get_all_groups(), "cpu")
+    if w >= 4:
+        with pytest.raises(mpicomm.ArgumentError, match=r"from_group: group\[0\] holds world ranks"):
+            mpicomm.DeviceMesh.from_group(
+                made.get_all_groups()[::-1], "cpu", made.mesh, mesh_dim_names=("x", "y")
+            )
+    mpicomm.destroy_process_group(evens)
+
+
 @pytest.mark.mpi(min_size=2)
 def test_a_rank_outside_the_mesh_has_no_coordinate_and_non_member_groups(world):
     w, r = world.size(), world.rank()
@@ -279,6 +309,11 @@ def test_the_same_meshes_as_torchs_device_mesh(world, torch_gloo):
                     continue
                 assert mine.mesh.tolist() == torchs.mesh.tolist(), (shape, wanted)
                 assert mine.get_coordinate() == torchs.get_coordinate(), (shape, wanted)
+        if len(shape) == 1:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            wrapped = DeviceMesh.from_group(torch_gloo.group.WORLD, "cpu")
+            assert mpicomm.DeviceMesh.from_group(world, "cpu").mesh.tolist() == wrapped.mesh.tolist()
         flat_ours, flat_theirs = ours._flatten(), theirs._flatten()
         assert flat_ours.mesh.tolist() == flat_theirs.mesh.tolist()
         assert flat_ours.get_group().ranks == torch_gloo.get_process_group_ranks(flat_theirs.get_group())
