@@ -179,6 +179,17 @@ def _halo(r: int, w: int) -> Step:
     return Step(np.array(mine.shape), mine, want, note="24x32 grid, 50 steps; this rank's block")
 
 
+def _device_mesh(r: int, w: int) -> Step:
+    shape = (2, w // 2) if w % 2 == 0 else (1, w)
+    mesh = mpicomm.init_device_mesh("cpu", shape, mesh_dim_names=("dp", "tp"))
+    x = np.array([float(r)])
+    mpicomm.all_reduce(x, group=mesh.get_group("dp"))  # the ranks in this rank's column
+    column = np.arange(w).reshape(shape)[:, r % shape[1]]
+    for group in mesh.get_all_groups():
+        mpicomm.destroy_process_group(group)
+    return Step(np.array([float(r)]), x, np.array([float(column.sum())]), note=f"mesh {shape}, dp group")
+
+
 def _barrier(r: int, w: int) -> Step:
     mpicomm.barrier()
     return Step(None, None, None)
@@ -296,6 +307,7 @@ CASES: list[tuple[str, Case]] = [
     ("reduce PRODUCT dst=0", _reduce),
     ("irecv/send ring r-1 -> r", _ring),
     ("halo exchange (Jacobi, sendrecv)", _halo),
+    ("DeviceMesh dp x tp: all_reduce on dp", _device_mesh),
     ("barrier", _barrier),
     ("KJTAllToAll (keyed jagged)", _kjt),
     ("broadcast_object_list (config)", _broadcast_object_list),
