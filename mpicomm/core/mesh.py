@@ -421,7 +421,9 @@ def init_device_mesh(
 ) -> DeviceMesh:
     """Lay the world out as a grid of ``mesh_shape``, row-major, as torch's ``init_device_mesh`` does.
 
-    Every world rank calls it with the same arguments; the first call starts MPI if needed.
+    Every world rank calls it with the same arguments; the first call starts MPI if needed. Unlike
+    torch's, ``device_type="cuda"`` does not pick this rank's GPU: call
+    :func:`mpicomm.gpu.device.bind_device` first (node-local rank modulo the visible GPUs, as torch).
 
     Args:
         device_type: ``"cpu"``, ``"cuda"``, ... (see :class:`DeviceMesh`).
