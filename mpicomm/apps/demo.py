@@ -183,10 +183,12 @@ def _device_mesh(r: int, w: int) -> Step:
     shape = (2, w // 2) if w % 2 == 0 else (1, w)
     mesh = mpicomm.init_device_mesh("cpu", shape, mesh_dim_names=("dp", "tp"))
     x = np.array([float(r)])
-    mpicomm.all_reduce(x, group=mesh.get_group("dp"))  # the ranks in this rank's column
+    try:
+        mpicomm.all_reduce(x, group=mesh.get_group("dp"))  # the ranks in this rank's column
+    finally:
+        for group in mesh.get_all_groups():
+            mpicomm.destroy_process_group(group)
     column = np.arange(w).reshape(shape)[:, r % shape[1]]
-    for group in mesh.get_all_groups():
-        mpicomm.destroy_process_group(group)
     return Step(np.array([float(r)]), x, np.array([float(column.sum())]), note=f"mesh {shape}, dp group")
 
 

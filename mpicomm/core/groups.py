@@ -353,14 +353,17 @@ def new_group(
     """
     fn = "new_group"
     w = world(fn)
-    with validation.reporting(w, fn):  # wrong on some ranks only: raised on every rank together
+    # wrong on some ranks only: raised on every rank together; not with use_local_synchronization,
+    # where only the members call (an exchange over the world would wait for the others forever)
+    everyone = None if use_local_synchronization else w
+    with validation.reporting(everyone, fn):
         label = check_backend(backend, fn, w.backend)
         seconds = timeout_seconds(timeout, fn)
         if group_desc is not None and not isinstance(group_desc, str):
             raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
         members = _check_ranks(ranks, w.size(), fn)
-    if validation._Flag.on:
-        validation.check(w, fn, {"ranks": members})
+    if validation._Flag.on and everyone is not None:
+        validation.check(everyone, fn, {"ranks": members})
     me = w.rank()
     if use_local_synchronization:
         comm = w.comm.Create_group(w.comm.group.Incl(members)) if me in members else _mpi.MPI.COMM_NULL

@@ -108,9 +108,12 @@ class DeviceMesh:
             mesh: The grid; for one group, its ranks if given.
             mesh_dim_names: One distinct name per dimension.
 
+        :meth:`_flatten` on such a mesh is still a collective over the world.
+
         Raises:
-            ArgumentTypeError: ``group`` is not a group or a list of them.
+            ArgumentTypeError: ``group`` is not a group or a list of them (``None`` included).
             ArgumentError: ``mesh`` does not match the groups, or a missing ``mesh`` or names.
+            GroupError: a group was destroyed.
 
         Example:
             >>> import mpicomm
@@ -121,14 +124,21 @@ class DeviceMesh:
         fn = "DeviceMesh.from_group"
         single = not isinstance(group, (list, tuple))
         given: list[Any] = [group] if single else list(group)  # type: ignore[arg-type]
+        if any(g is None for g in given):  # resolve() would take None for the world
+            raise ArgumentTypeError(
+                f"{fn}: group is {group!r}; expected a mpicomm.ProcessGroup or a list of them (a rank "
+                "that split_group left out has no group to wrap)"
+            )
         groups = [resolve(g, fn) for g in given]
         world = resolve(None, fn)
         _check_device_type(device_type, fn)
         if single:
-            if mesh is not None and np.asarray(mesh).ravel().tolist() != groups[0].ranks:
-                raise ArgumentError(
-                    f"{fn}: mesh is {mesh!r}; expected the group's world ranks {groups[0].ranks} or None"
-                )
+            if mesh is not None:
+                given_grid = _check_mesh(mesh, world.size(), fn)
+                if given_grid.ndim != 1 or given_grid.tolist() != groups[0].ranks:
+                    raise ArgumentError(
+                        f"{fn}: mesh is {mesh!r}; expected the group's world ranks {groups[0].ranks} or None"
+                    )
             mesh = groups[0].ranks
         elif not groups or mesh is None or mesh_dim_names is None:
             raise ArgumentError(
@@ -320,7 +330,8 @@ class DeviceMesh:
             with validation.reporting(world, fn):
                 name = self._flat_name(mesh_dim_name, dims, fn)
             if validation._Flag.on:
-                validation.check(world, fn, {"mesh_dim_name": name, "dims": list(dims)})
+                record = {"mesh_dim_name": name, "dims": list(dims), "mesh": root._mesh.tolist()}
+                validation.check(world, fn, record)
             if self.ndim == 1 and self._names and name == self._names[0]:
                 return self
             if name in root._flat:

@@ -164,7 +164,8 @@ class reporting:  # noqa: N801 - used as a function: ``with validation.reporting
 
     An :class:`~mpicomm.ArgumentError` or :class:`~mpicomm.ArgumentTypeError` leaving the block goes
     through :func:`report`, so the other ranks, waiting in the same call's exchange, raise it too
-    instead of waiting for this rank. With validation off it passes through unchanged.
+    instead of waiting for this rank. With validation off, or ``group`` None (a call that not every
+    rank makes), it passes through unchanged.
 
     Example:
         >>> import mpicomm
@@ -175,7 +176,7 @@ class reporting:  # noqa: N801 - used as a function: ``with validation.reporting
 
     __slots__ = ("fn", "group")
 
-    def __init__(self, group: ProcessGroup, fn: str) -> None:
+    def __init__(self, group: ProcessGroup | None, fn: str) -> None:
         self.group = group
         self.fn = fn
 
@@ -183,7 +184,7 @@ class reporting:  # noqa: N801 - used as a function: ``with validation.reporting
         return None
 
     def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
-        if _Flag.on and isinstance(exc, (ArgumentError, ArgumentTypeError)):
+        if _Flag.on and self.group is not None and isinstance(exc, (ArgumentError, ArgumentTypeError)):
             report(self.group, self.fn, exc)  # raises the same error on every rank
 
 

@@ -178,7 +178,8 @@ def test_from_group_wraps_groups_you_have_without_communicating(world, rng):
     _check_groups(again, np.arange(w).reshape(shape), data, r)
     assert again["y"].mesh.tolist() == made["tp"].mesh.tolist()
     with pytest.raises(
-        mpicomm.ArgumentError, match=r"from_group: mesh is \[[01]\]; expected the group's world ranks"
+        mpicomm.ArgumentError,
+        match=r"from_group: mesh (is \[0\]; expected the group's world ranks|has rank 1; expected world)",
     ):
         mpicomm.DeviceMesh.from_group(world, "cpu", [0] if w > 1 else [1])
     with pytest.raises(mpicomm.ArgumentError, match="expected at least one group, and a mesh and names"):
@@ -188,7 +189,13 @@ def test_from_group_wraps_groups_you_have_without_communicating(world, rng):
             mpicomm.DeviceMesh.from_group(
                 made.get_all_groups()[::-1], "cpu", made.mesh, mesh_dim_names=("x", "y")
             )
-    mpicomm.destroy_process_group(evens)
+    zero = mpicomm.new_group([0])
+    with pytest.raises(mpicomm.ArgumentTypeError, match="from_group: group is None; expected a mpicomm"):
+        mpicomm.DeviceMesh.from_group(None, "cpu")  # type: ignore[arg-type]
+    with pytest.raises(mpicomm.ArgumentError, match=r"from_group: mesh is \[\[0\]\]; expected the group's"):
+        mpicomm.DeviceMesh.from_group(zero, "cpu", [[0]])
+    for g in [evens, zero, *made.get_all_groups()]:
+        mpicomm.destroy_process_group(g)
 
 
 @pytest.mark.mpi(min_size=2)

@@ -124,10 +124,15 @@ def test_new_group_takes_torch_arguments(world):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_new_group_with_local_synchronization_is_called_by_members_only(world):
+@pytest.mark.parametrize("validate", [False, True])
+def test_new_group_with_local_synchronization_is_called_by_members_only(world, validate):
     w, r = world.size(), world.rank()
-    if r < 2:  # ranks 2.. never call it
-        pair = dist.new_group([0, 1], use_local_synchronization=True)
+    if r < 2:  # ranks 2.. never call it (validation mode made no exchange over the world for it)
+        mpicomm.set_validation(validate)
+        try:
+            pair = dist.new_group([0, 1], use_local_synchronization=True)
+        finally:
+            mpicomm.set_validation(False)
         x = np.array([float(r + 1)])
         dist.all_reduce(x, group=pair)
         assert x[0] == 3.0 and pair.ranks == [0, 1] and pair.rank() == r
