@@ -165,16 +165,14 @@ class DeviceMesh:
         return out
 
     def _split(self, world: ProcessGroup, dim: int, label: str) -> ProcessGroup:
-        lines = np.moveaxis(self._mesh, dim, -1).reshape(-1, self._mesh.shape[dim])
         where = self._coordinate
         if where is None:
             comm = world.comm.Split(_mpi.MPI.UNDEFINED, world.rank())
             return register(comm, [], None, label, world.timeout)
-        others = tuple(c for i, c in enumerate(where) if i != dim)
-        line = int(np.ravel_multi_index(others, self._mesh.shape[:dim] + self._mesh.shape[dim + 1 :]))
-        comm = world.comm.Split(line, world.rank())
+        members = _line(self._mesh, where, dim)
+        comm = world.comm.Split(members[0], world.rank())  # the line's smallest rank names it
         name = self._names[dim] if self._names else f"dim{dim}"
-        return register(comm, sorted(lines[line].tolist()), f"mesh:{name}", label, world.timeout)
+        return register(comm, members, f"mesh:{name}", label, world.timeout)
 
     @property
     def device_type(self) -> str:
