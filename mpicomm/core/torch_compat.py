@@ -17,7 +17,7 @@ import numpy as np
 from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError, GroupError
 from . import failure, validation, watchdog
-from .backend import Backend
+from .backend import Backend, is_available, is_mpi_available  # the last two: their old home
 from .groups import (
     DefaultGroupError,
     ProcessGroup,
@@ -41,6 +41,8 @@ __all__ = [
     "group",
     "init_process_group",
     "get_pg_count",
+    "is_available",
+    "is_mpi_available",
     "is_torchelastic_launched",
     "new_subgroups",
     "new_subgroups_by_enumeration",

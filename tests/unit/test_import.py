@@ -218,3 +218,14 @@ def test_error_hierarchy() -> None:
 @pytest.mark.parametrize("name", sorted(mpicomm.__all__))
 def test_public_names_exist(name: str) -> None:
     assert hasattr(mpicomm, name), name
+
+
+def test_names_that_moved_still_import_from_their_old_modules() -> None:
+    from mpicomm.core import backend, fast, torch_compat
+
+    assert torch_compat.is_available is backend.is_available is mpicomm.is_available
+    assert torch_compat.is_mpi_available is backend.is_mpi_available is mpicomm.is_mpi_available
+    world = mpicomm.init()
+    other = (world.rank() + 1) % world.size()
+    assert fast.peer(world, other, None, 0) is (world.size() > 1)
+    assert fast.peer(world, other, 0, 0) is False and fast.peer(world, other, None, -1) is False
