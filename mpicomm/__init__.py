@@ -13,8 +13,8 @@ Example:
 
 from __future__ import annotations
 
-from .core.arrays import Array
-from .core.backend import (
+from .c10d import pg_methods as _pg_methods  # noqa: F401 - attaches c10d's methods to ProcessGroup
+from .c10d.backend_names import (
     Backend,
     BackendWarning,
     is_available,
@@ -26,6 +26,21 @@ from .core.backend import (
     is_xccl_available,
     reduce_op,
 )
+from .c10d.device_mesh import DeviceMesh, init_device_mesh
+from .c10d.startup import (
+    GroupMember,
+    get_backend,
+    get_node_local_rank,
+    get_pg_count,
+    get_process_group_ranks,
+    group,
+    init_process_group,
+    is_torchelastic_launched,
+    new_subgroups,
+    new_subgroups_by_enumeration,
+    split_group,
+)
+from .core.arrays import Array
 from .core.debug import DebugLevel, get_debug_level, set_debug_level, set_debug_level_from_env
 from .core.future import Future
 from .core.groups import (
@@ -41,21 +56,7 @@ from .core.groups import (
     new_group,
     new_node_group,
 )
-from .core.mesh import DeviceMesh, init_device_mesh
 from .core.reduce_op import ReduceOp, supports_complex
-from .core.torch_compat import (
-    GroupMember,
-    get_backend,
-    get_node_local_rank,
-    get_pg_count,
-    get_process_group_ranks,
-    group,
-    init_process_group,
-    is_torchelastic_launched,
-    new_subgroups,
-    new_subgroups_by_enumeration,
-    split_group,
-)
 from .core.validation import is_validation_enabled, set_validation
 from .core.work import Work
 from .dense.batch import P2POp
@@ -77,7 +78,6 @@ from .errors import (
     ReductionTypeError,
 )
 from .front import objects as _objects  # noqa: F401 - gives the object collectives the GPU hooks
-from .front import pg_methods as _pg_methods  # noqa: F401 - attaches c10d's methods to ProcessGroup
 from .front.coalesced import all_gather_coalesced, all_reduce_coalesced
 from .front.collectives import (
     all_gather,

@@ -1,7 +1,6 @@
 """The core every data path stands on: process groups, buffers, async handles, validation, failure, ReduceOp.
 
 - ``groups``: MPI start-up, the world and sub-groups (each owns a ``Dup`` of its communicator).
-- ``torch_compat``: torch.distributed's set-up names (``init_process_group``, ``group.WORLD``, subgroups).
 - ``buffers``: the one place that knows array kinds: argument checks, dtype -> MPI datatype, layouts.
 - ``layouts``: MPI derived datatypes built from a strided view's strides (cached, freed), for ``buffers``.
 - ``work``: ``Work``, the handle ``async_op=True`` returns.
@@ -16,5 +15,6 @@
 - ``cmpi``: the common calls' MPI calls made from C (``_cmpi.c``, ``_cmpi_lists.c``), bound to the
   MPI that mpi4py loaded; mpi4py's path where the extension is not built or ``MPICOMM_C=0``.
 
-May import: ``mpicomm.errors``, ``mpicomm._mpi``, numpy. Nothing else in mpicomm.
+May import: ``mpicomm.errors``, ``mpicomm._mpi``, numpy. Nothing else in mpicomm. Knows nothing of torch:
+torch's names and torch.distributed's process-group interface live in ``mpicomm.c10d``.
 """

@@ -5,8 +5,6 @@
 - ``coalesced``: ``all_reduce_coalesced`` and ``all_gather_coalesced`` (torch's signatures).
 - ``sparse``: ``all_reduce_sparse``: torch sparse COO tensors summed by gathering indices and
   values, then coalescing (as torch's Gloo does in ``all_reduce``).
-- ``pg_methods``: torch's ``ProcessGroup`` methods (``pg.allreduce([t])``, ...), attached to
-  :class:`~mpicomm.ProcessGroup` when :mod:`mpicomm` is imported.
 - ``door``: ``front_door``, the one wrapper: array kinds recognised once, viewed for the data
   paths, the path chosen, results in the caller's kind, failures alike on every rank.
 - ``kinds``: what an array is (numpy, torch, cupy, ``__array_interface__``,
@@ -17,5 +15,5 @@
 
 May import: the data paths (``mpicomm.dense``, ``mpicomm.jagged``, ``mpicomm.objects``,
 ``mpicomm.gpu``), ``mpicomm.core``, ``mpicomm.errors``. Nothing above it imports it but
-``mpicomm/__init__.py`` and the programs in ``mpicomm.apps``.
+``mpicomm/__init__.py``, the torch room (``mpicomm.c10d``) and the programs in ``mpicomm.apps``.
 """

@@ -221,7 +221,9 @@ def test_public_names_exist(name: str) -> None:
 
 
 def test_names_that_moved_still_import_from_their_old_modules() -> None:
-    from mpicomm.core import backend, fast, torch_compat
+    from mpicomm.c10d import backend_names as backend
+    from mpicomm.c10d import startup as torch_compat
+    from mpicomm.core import fast
 
     assert torch_compat.is_available is backend.is_available is mpicomm.is_available
     assert torch_compat.is_mpi_available is backend.is_mpi_available is mpicomm.is_mpi_available

@@ -25,6 +25,7 @@ ALLOWED = {
     "objects": {"core", "dense"},
     "gpu": {"core", "dense"},
     "front": {"core", "dense", "jagged", "objects", "gpu"},
+    "c10d": {"front", "core", "dense", "jagged", "objects", "gpu"},
     "planner": set(),
     "apps": {"*"},
 }

@@ -8,8 +8,8 @@ import warnings
 import pytest
 
 import mpicomm
-from mpicomm.core import backend as backend_module
-from mpicomm.core.backend import backend_name
+from mpicomm.c10d import backend_names as backend_module
+from mpicomm.c10d.backend_names import backend_name
 
 
 def test_backend_parses_any_case_to_the_lower_case_name():

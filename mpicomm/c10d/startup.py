@@ -15,10 +15,8 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..errors import ArgumentError, ArgumentTypeError, GroupError
-from . import failure, validation, watchdog
-from .backend import Backend, is_available, is_mpi_available  # the last two: their old home
-from .groups import (
+from ..core import failure, validation, watchdog
+from ..core.groups import (
     DefaultGroupError,
     ProcessGroup,
     _check_ranks,
@@ -32,6 +30,8 @@ from .groups import (
     resolve,
     timeout_seconds,
 )
+from ..errors import ArgumentError, ArgumentTypeError, GroupError
+from .backend_names import Backend, is_available, is_mpi_available  # the last two: their old home
 
 __all__ = [
     "GroupMember",

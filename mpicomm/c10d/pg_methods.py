@@ -22,7 +22,7 @@ from ..core.work import Work, completed
 from ..dense.reductions import barrier as _barrier
 from ..dense.sync import monitored_barrier as _monitored_barrier
 from ..errors import ArgumentError, ArgumentTypeError
-from . import coalesced, collectives
+from ..front import coalesced, collectives
 
 __all__ = [
     "allgather",

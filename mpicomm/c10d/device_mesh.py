@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
+from ..core import validation, watchdog
+from ..core.groups import ProcessGroup, get_rank, register, resolve
 from ..errors import ArgumentError, ArgumentTypeError
-from . import validation, watchdog
-from .backend import backend_name
-from .groups import ProcessGroup, get_rank, register, resolve
+from .backend_names import backend_name
 
 __all__ = ["DeviceMesh", "init_device_mesh"]
 

@@ -1,0 +1,15 @@
+"""The torch room: everything that speaks torch.distributed's c10d, and nothing else in mpicomm does.
+
+- ``startup``: torch.distributed's set-up names for ``import mpicomm as dist`` (``init_process_group``,
+  ``group.WORLD``, ``new_subgroups``, ``split_group``, ``get_backend``, ...).
+- ``backend_names``: torch's backend names (``Backend``, the deprecated ``reduce_op``) and the name a
+  group keeps; installs its name check into ``mpicomm.core.groups.new_group``.
+- ``device_mesh``: ``DeviceMesh`` and ``init_device_mesh`` on mpicomm's own groups.
+- ``pg_methods``: torch's ``ProcessGroup`` methods (``pg.allreduce([t])``, ...), attached to
+  :class:`~mpicomm.ProcessGroup` when :mod:`mpicomm` is imported.
+
+May import: the front door (``mpicomm.front``), the data paths (``mpicomm.dense``, ...),
+``mpicomm.core``, ``mpicomm.errors``, and torch (lazily, in the modules that need it: importing
+:mod:`mpicomm` imports neither torch nor cupy). Nothing below it imports it: only
+``mpicomm/__init__.py``, :mod:`mpicomm.torch` and the programs in ``mpicomm.apps``.
+"""
