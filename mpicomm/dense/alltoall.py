@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import cmpi, fast, validation
+from ..core import chunks, cmpi, fast, validation
 from ..core.arrays import Array
 from ..core.buffers import (
     _DATATYPES,
@@ -25,9 +25,11 @@ from ..core.buffers import (
     row_message,
     row_size,
 )
+from ..core.chunks import Setting as _Chunks
 from ..core.groups import ProcessGroup, _State, resolve, warn_non_member
-from ..core.work import Work
+from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError, BackendArgumentError
+from . import chunked
 from .exchange import ALL_TO_ALL, copy_own, exchange, finish
 
 __all__ = ["all_to_all", "all_to_all_single"]
@@ -167,7 +169,8 @@ def all_to_all_single(
         dt = _DATATYPES.get(output.dtype) if type(output) is np.ndarray else None
         if dt is not None and type(input) is np.ndarray and input.dtype is output.dtype:
             if output_split_sizes is None and input_split_sizes is None:
-                if output.shape == input.shape and output.ndim and input.shape[0] % w._size == 0:
+                equal = output.shape == input.shape and output.ndim and input.shape[0] % w._size == 0
+                if equal and input.nbytes <= _Chunks.least:
                     if cmpi.alltoall(input, output, dt, w.comm) is None:
                         return None
                     if fast.dt_out(output) is dt and fast.dt_in(input) is dt and fast.apart(output, input):
@@ -198,6 +201,9 @@ def all_to_all_single(
             f"{fn}: output_split_sizes[{me}] is {out_rows[me]} rows; expected {in_rows[me]}, "
             f"input_split_sizes[{me}] (the rows this rank sends to itself)"
         )
+    unsplit = _unsplit(output_split_sizes) and _unsplit(input_split_sizes)
+    if unsplit and inp.nbytes > _Chunks.least and (step := chunks.step(inp.nbytes, inp.itemsize, g.size())):
+        return chunked.all_to_all_single(out, inp, g, async_op, step)  # the chunks device ranks send
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(inp.dtype), "row": row}, in_rows, out_rows, unit="rows")
     sbuf, sdt, sunit, _ = row_message(inp, readonly=True)
@@ -205,8 +211,6 @@ def all_to_all_single(
     if _unsplit(output_split_sizes) and _unsplit(input_split_sizes):
         send: list[Any] = [sbuf, in_rows[0] * sunit, sdt]
         recv: list[Any] = [rbuf, out_rows[0] * runit, rdt]
-        if async_op:
-            return Work([g.comm.Ialltoall(send, recv)], keep=(send, recv), result=[out], finish=post, fn=fn)
         g.comm.Alltoall(send, recv)
     else:
         send = [sbuf, _counts(in_rows, sunit), sdt]
@@ -214,12 +218,10 @@ def all_to_all_single(
         common = group is None and async_op is False and w is not None and not _Flag.on  # world plans only
         if common and fast.dt_out(output) is not None and fast.dt_in(input) is not None:
             _remember(output_split_sizes, input_split_sizes, output, input, send[1], recv[1])
-        if async_op:
-            return Work([g.comm.Ialltoallv(send, recv)], keep=(send, recv), result=[out], finish=post, fn=fn)
         g.comm.Alltoallv(send, recv)
     if post is not None:
         post()
-    return None
+    return completed([out]) if async_op else None
 
 
 def _row(inp: np.ndarray, out: np.ndarray, fn: str) -> int:

@@ -195,10 +195,7 @@ def all_gather_coalesced(
     inner = None
     if packed.size:
         send, recv = message(packed), message(gathered)
-        if async_op:
-            inner = Work([g.comm.Iallgather(send, recv)], keep=(packed, gathered))
-        else:
-            g.comm.Allgather(send, recv)
+        g.comm.Allgather(send, recv)  # blocking whatever async_op: ranks may differ in it
     if async_op:
         return _then(inner, (packed, gathered), list(outputs), unpack, fn)
     unpack()

@@ -30,7 +30,7 @@ from ..core.buffers import (
     staged,
 )
 from ..core.groups import ProcessGroup, _State, resolve, root_rank, warn_non_member
-from ..core.work import Work
+from ..core.work import Work, completed
 from ..errors import ArgumentError
 from . import placed, small
 from .exchange import ALL_GATHER, SCATTER, copy_own, exchange, finish
@@ -212,12 +212,10 @@ def all_gather_into_tensor(
     else:
         check_disjoint(out, inp, fn, "output_tensor", "input_tensor")
         recv, post = _chunks(out, g.size())
-    if async_op:
-        return Work([g.comm.Iallgather(send, recv)], keep=(inp, out, recv), result=[out], finish=post, fn=fn)
     g.comm.Allgather(send, recv)
     if post is not None:
         post()
-    return None
+    return completed([out]) if async_op else None
 
 
 def _chunks(out: np.ndarray, size: int) -> tuple[list[Any], Any]:

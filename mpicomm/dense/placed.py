@@ -25,7 +25,7 @@ from .. import _mpi
 from ..core import cmpi, fast
 from ..core.buffers import _DATATYPES, address, datatype, message
 from ..core.groups import ProcessGroup
-from ..core.work import Work
+from ..core.work import Work, completed
 
 __all__ = ["entries", "gather", "gather_fast", "spread"]
 
@@ -240,15 +240,7 @@ def gather(comm: Any, x: np.ndarray, outs: list[np.ndarray] | None, root: int, a
             if own is not None:
                 send = own if own is _mpi.MPI.IN_PLACE else message(own)
         recv = [placed[0], ([o.size for o in outs], placed[1]), datatype(outs[0].dtype)]
-    if async_op:
-        return Work(
-            [comm.Igatherv(send, recv, root)],
-            keep=(x, outs, recv),
-            result=outs or [],
-            finish=after,
-            fn="gather",
-        )
     comm.Gatherv(send, recv, root)
     if after is not None:
         after()
-    return None
+    return completed(outs or []) if async_op else None

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..core import cmpi, fast, validation
+from ..core import chunks, cmpi, fast, validation
 from ..core.arrays import Array
 from ..core.buffers import (
     _DATATYPES,
@@ -35,11 +35,12 @@ from ..core.buffers import (
     staged,
 )
 from ..core.calls import collective
+from ..core.chunks import Setting as _Chunks
 from ..core.groups import ProcessGroup, _State, resolve, root_rank, timeout_seconds, warn_non_member
 from ..core.reduce_op import ReduceOp, average, is_half, premultiply
-from ..core.work import Work
+from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError
-from . import small
+from . import chunked, small
 from .exchange import REDUCE_SCATTER, exchange, reduce_scatter_c
 from .gathers import _check_own_size
 from .half import reduce_wide
@@ -113,29 +114,24 @@ def all_reduce(
     # cached (datatype, op) pair for a numpy array and a plain MPI op; everything else goes through
     # _all_reduce_checked. cmpi checks the layout and serves a blocking call; mpi4py refuses a
     # read-only buffer before calling MPI; the front door has checked that async_op is a bool.
+    # async_op never changes the MPI call (ranks may differ in it, as in torch): a Work asked for
+    # is one already complete.
     try:
         dt, mop = op._ops[tensor.dtype]
     except (KeyError, AttributeError, TypeError):
         return _all_reduce_checked(tensor, op, g, async_op)
-    if type(tensor) is not np.ndarray or _Flag.on or not op._plain:
+    if type(tensor) is not np.ndarray or _Flag.on or not op._plain or tensor.nbytes > _Chunks.least:
         return _all_reduce_checked(tensor, op, g, async_op)
-    if not async_op and cmpi.allreduce(tensor, dt, mop, comm) is None:
-        return None
+    if cmpi.allreduce(tensor, dt, mop, comm) is None:
+        return None if async_op is False else completed([tensor])
     if not tensor.flags.c_contiguous:
         return _all_reduce_checked(tensor, op, g, async_op)
     try:
-        if async_op:
-            return Work(
-                [comm.Iallreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)],
-                keep=tensor,
-                result=[tensor],
-                fn="all_reduce",
-            )
         comm.Allreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)
     except BufferError:  # a read-only array: the message that names the argument
         check_output(tensor, "all_reduce", "tensor")
         raise
-    return None
+    return completed([tensor]) if async_op else None
 
 
 def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async_op: bool) -> Work | None:
@@ -143,6 +139,8 @@ def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async
     check_output(tensor, "all_reduce", "tensor")
     if type(op) is not ReduceOp:
         _bad_op(op, "all_reduce")
+    if tensor.nbytes > _Chunks.least and (step := chunks.step(tensor.nbytes, tensor.itemsize)):
+        return chunked.all_reduce(tensor, op, g, async_op, step)  # the chunks device ranks send
     if is_half(tensor.dtype):
         return reduce_wide(
             lambda w: _all_reduce_checked(w, op, g, async_op), op, "all_reduce", tensor, [], async_op
@@ -154,13 +152,10 @@ def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async
     premultiply(op, buf, out=buf)
     msg = [buf, dt]
     post = _then(_post_average(op, buf, g.size()), back)
-    if async_op:
-        req = g.comm.Iallreduce(_mpi.MPI.IN_PLACE, msg, mop)
-        return Work([req], keep=(tensor, buf), result=[tensor], finish=post, fn="all_reduce")
     g.comm.Allreduce(_mpi.MPI.IN_PLACE, msg, mop)
     if post is not None:
         post()
-    return None
+    return completed([tensor]) if async_op else None
 
 
 def _then(first: Callable[[], None] | None, second: Callable[[], None] | None) -> Callable[[], None] | None:
@@ -224,6 +219,7 @@ def reduce(
             pair is not None
             and op._plain
             and root_ok
+            and tensor.nbytes <= _Chunks.least
             and cmpi.reduce(tensor, *pair, dst or 0, w.comm) is None
         ):
             return None
@@ -234,6 +230,9 @@ def reduce(
     check_output(tensor, fn, "tensor")
     if type(op) is not ReduceOp:
         _bad_op(op, fn)
+    if tensor.nbytes > _Chunks.least and (step := chunks.step(tensor.nbytes, tensor.itemsize)):
+        root = root_rank(g, dst, group_dst, fn, "dst")
+        return chunked.reduce(tensor, root, op, g, async_op, step)  # the chunks device ranks send
     if is_half(tensor.dtype):
         return reduce_wide(lambda w: reduce(w, dst, op, g, async_op, group_dst), op, fn, tensor, [], async_op)
     _, mop = op.mpi_op(tensor.dtype, fn)
@@ -254,13 +253,10 @@ def reduce(
         post = _then(_post_average(op, buf, g.size()), back)
     else:
         sendbuf, recvbuf = [send_view(premultiply(op, tensor)), dt], None
-    if async_op:
-        req = g.comm.Ireduce(sendbuf, recvbuf, mop, root)
-        return Work([req], keep=(sendbuf, recvbuf, tensor), result=[tensor], finish=post, fn="reduce")
     g.comm.Reduce(sendbuf, recvbuf, mop, root)
     if post is not None:
         post()
-    return None
+    return completed([tensor]) if async_op else None
 
 
 def broadcast(
@@ -299,7 +295,8 @@ def broadcast(
     w = _State.world
     if group is None and async_op is False and group_src is None and w is not None and not _Flag.on:
         dt = _DATATYPES.get(tensor.dtype) if type(tensor) is np.ndarray else None
-        if dt is not None and (src is None or (type(src) is int and 0 <= src < w._size)):
+        small_ok = dt is not None and tensor.nbytes <= _Chunks.least
+        if small_ok and (src is None or (type(src) is int and 0 <= src < w._size)):
             if cmpi.bcast(tensor, dt, src or 0, w.comm) is None:
                 return None
             if fast.dt_out(tensor) is not None:
@@ -311,6 +308,8 @@ def broadcast(
         return None
     check_output(tensor, fn, "tensor")
     root = root_rank(g, src, group_src, fn, "src")
+    if tensor.nbytes > _Chunks.least and (step := chunks.step(tensor.nbytes, tensor.itemsize)):
+        return chunked.broadcast(tensor, root, g, async_op, step)  # the chunks device ranks send
     post = None
     if g.rank() == root:
         msg = message(tensor)
@@ -318,14 +317,10 @@ def broadcast(
         msg, post = recv_message(tensor)
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(tensor.dtype), "count": tensor.size, "src": root})
-    if async_op:
-        return Work(
-            [g.comm.Ibcast(msg, root)], keep=(tensor, msg), result=[tensor], finish=post, fn="broadcast"
-        )
     g.comm.Bcast(msg, root)
     if post is not None:
         post()
-    return None
+    return completed([tensor]) if async_op else None
 
 
 @collective("barrier")
@@ -581,13 +576,10 @@ def reduce_scatter_tensor(
     buf, back = staged(out)
     send, recv = [inp, dt], [buf, dt]
     post = _then(_post_average(op, buf, g.size()), back)
-    if async_op:
-        req = g.comm.Ireduce_scatter_block(send, recv, mop)
-        return Work([req], keep=(inp, out, buf), result=[out], finish=post, fn="reduce_scatter_tensor")
     g.comm.Reduce_scatter_block(send, recv, mop)
     if post is not None:
         post()
-    return None
+    return completed([out]) if async_op else None
 
 
 reduce_scatter_single = reduce_scatter_tensor

@@ -26,7 +26,7 @@ from ..core import cmpi, fast
 from ..core.buffers import _DATATYPES, staged
 from ..core.groups import ProcessGroup
 from ..core.reduce_op import ReduceOp
-from ..core.work import Work
+from ..core.work import completed
 from .placed import entries
 
 __all__ = ["SMALL", "all_gather", "gather_small", "reduce_scatter", "reduce_scatter_small", "small"]
@@ -79,18 +79,9 @@ def gather_small(comm: Any, outs: list[np.ndarray], x: np.ndarray, dt: Any, asyn
     n = x.size
     tmp = np.empty(len(outs) * n, x.dtype)
     send = x if x.flags.c_contiguous else np.ascontiguousarray(x)
-    if async_op:
-        req = comm.Iallgather([send, dt], [tmp, dt])
-        return Work(
-            [req],
-            keep=(send, tmp),
-            result=outs,
-            finish=lambda: _copy_out(outs, tmp, [n] * len(outs)),
-            fn="all_gather",
-        )
     comm.Allgather([send, dt], [tmp, dt])
     _copy_out(outs, tmp, [n] * len(outs))
-    return None
+    return completed(outs) if async_op else None
 
 
 def reduce_scatter(w: ProcessGroup, out: Any, ins: Any, op: Any) -> bool:
@@ -121,10 +112,7 @@ def reduce_scatter_small(
     """
     packed = np.concatenate([x.reshape(-1) for x in ins])
     buf, back = staged(out)
-    if async_op:
-        req = comm.Ireduce_scatter_block([packed, dt], [buf, dt], mop)
-        return Work([req], keep=(packed, buf), result=[out], finish=back, fn="reduce_scatter")
     comm.Reduce_scatter_block([packed, dt], [buf, dt], mop)
     if back is not None:
         back()
-    return None
+    return completed([out]) if async_op else None

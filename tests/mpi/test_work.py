@@ -255,5 +255,6 @@ def test_async_work_keeps_its_buffers_alive_until_it_completes(world, rng, name)
     del started  # drops every reference of the test's own, the value check's closure included
     gc.collect()
     alive = [ref() is not None for ref in refs]
+    pending = not work._done  # a collective's Work comes back complete (issue 34): MPI holds nothing
     assert work.wait() is True
-    assert all(alive), f"{name}: buffers freed before the call completed: {alive}"
+    assert all(alive) or not pending, f"{name}: buffers freed before the call completed: {alive}"
