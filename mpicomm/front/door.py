@@ -126,7 +126,7 @@ class _Plan:
                     try:                                               # a plain CPU tensor:
                         _e = _views(id(tensor))                        # its kept numpy view, if
                         _v_tensor = _e[1] if _e is not None and tensor.data_ptr() == _e[2] and ... \
-                            else _torch_numpy(tensor)                  # unchanged, else numpy()
+                            else _torch_numpy(tensor)                  # unchanged, else a new view
                     except (RuntimeError, TypeError):
                         return _slow([tensor, op, group, async_op])
                     out = _host(_v_tensor, op, group, async_op)
@@ -266,14 +266,15 @@ class _Plan:
         return v
 
 
-#: CPU tensors' numpy views, by the tensor's id, with the pointer, shape, strides and dtype they were
-#: made for: a hit costs ~0.3 us where ``tensor.numpy()`` costs ~0.6 us with warm caches, and 3 us
-#: where it costs 15-24 us after a >= 1 MiB transfer has emptied L1 and L2 (docs/benchmarks.rst,
-#: "torch tensors with cold caches"). An entry holds its tensor weakly and leaves when the tensor
-#: dies, so no other tensor can be served it under a reused id and no dead tensor's memory is held;
-#: at most 8 entries are kept. Any change of the tensor's memory or layout (``resize_``, ``set_``,
-#: ``transpose_``, ``.data =``) changes one of the four, and the view is made again.
-_VIEWS: dict[int, tuple[_Ref, np.ndarray, int, Any, Any, Any]] = {}
+#: CPU tensors' numpy views (by address, :func:`mpicomm.front.kinds.cpu_view`: the storage stays
+#: resizable), by the tensor's id, with the pointer, shape, strides, dtype and storage size they were
+#: made for: a hit costs ~0.4 us where making the view costs ~0.6 us with warm caches, and several
+#: times that after a >= 1 MiB transfer has emptied L1 and L2 (docs/benchmarks.rst, "torch tensors
+#: with cold caches"). An entry holds its tensor weakly and leaves when the tensor dies, so no other
+#: tensor can be served it under a reused id and no dead tensor's memory is held; at most 8 entries
+#: are kept. Any change of the tensor's memory or layout (``resize_``, ``set_``, ``transpose_``,
+#: ``.data =``, ``untyped_storage().resize_``) changes one of the five, and the view is made again.
+_VIEWS: dict[int, tuple[_Ref, np.ndarray, int, Any, Any, Any, int]] = {}
 _VIEW_ENTRIES = 8
 
 
@@ -293,7 +294,10 @@ def _forget(ref: _Ref) -> None:
 
 def _cached_view(a: str) -> list[str]:
     """The front door's lines that set ``_v_{a}`` to the numpy view of the CPU tensor ``a``."""
-    test = f"{a}.data_ptr() == _e[2] and {a}.shape == _e[3] and {a}.stride() == _e[4] and {a}.dtype is _e[5]"
+    test = (
+        f"{a}.data_ptr() == _e[2] and {a}.shape == _e[3] and {a}.stride() == _e[4] and {a}.dtype is _e[5]"
+        f" and {a}.untyped_storage().nbytes() == _e[6]"
+    )
     return [
         f"                _e = _views(id({a}))",
         f"                _v_{a} = _e[1] if _e is not None and {test} else _torch_numpy({a})",
@@ -301,14 +305,14 @@ def _cached_view(a: str) -> list[str]:
 
 
 def _torch_numpy(t: Any) -> np.ndarray:
-    """``t.numpy()`` (raises as it does), kept in :data:`_VIEWS`."""
-    view: np.ndarray = t.numpy()
+    """``t``'s numpy view by address (TypeError or RuntimeError where refused), kept in :data:`_VIEWS`."""
+    view = kinds.cpu_view(t, keep=False)  # the entry holds the tensor weakly: so must the view
     key = id(t)
     if key not in _VIEWS and len(_VIEWS) >= _VIEW_ENTRIES:
         _VIEWS.pop(next(iter(_VIEWS)), None)  # the oldest entry
     ref = _Ref(t, _forget)
     ref.key = key
-    _VIEWS[key] = (ref, view, t.data_ptr(), t.shape, t.stride(), t.dtype)
+    _VIEWS[key] = (ref, view, t.data_ptr(), t.shape, t.stride(), t.dtype, t.untyped_storage().nbytes())
     return view
 
 
@@ -325,6 +329,8 @@ def _all_numpy(value: Any) -> bool:
 def _answer(out: Any, seen: dict[int, Any], model: Any) -> Any:
     """``out`` with the views replaced by the caller's arrays and new arrays in ``model``'s kind."""
     if isinstance(out, Work):
+        if not out._done:  # the views need not hold the caller's arrays (the kept ones do not): the Work does
+            out._keep = (out._keep, list(seen.values()))
         for attr in ("_result", "_shown"):  # a staged Work shows the device arrays it wrote
             if hasattr(out, attr):
                 setattr(out, attr, _mapped(getattr(out, attr), seen, model))

@@ -9,8 +9,9 @@ door see only two kinds: numpy arrays (host) and the GPU backend's arrays (cupy,
 caller's array                             kind        what the data paths get
 =========================================  ==========  ==========================================
 ``numpy.ndarray``                          ``numpy``   the array itself
-torch CPU tensor                           ``torch``   a zero-copy numpy view (``bfloat16``
-                                                       through ``ml_dtypes``)
+torch CPU tensor                           ``torch``   a zero-copy numpy view by address (``bfloat16``
+                                                       through ``ml_dtypes``; the storage stays
+                                                       resizable, see :func:`cpu_view`)
 torch CUDA tensor                          ``torch``   a zero-copy device array (the backend's)
 cupy array                                 ``cupy``    the array itself
 object with ``__cuda_array_interface__``   ``cuda``    a zero-copy device array
@@ -21,6 +22,7 @@ object with ``__dlpack__`` only            ``dlpack``  a numpy view (CPU) or dev
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from typing import Any
 
@@ -39,6 +41,7 @@ __all__ = [
     "OTHER",
     "TORCH",
     "cpu_numpy",
+    "cpu_view",
     "foreign_view",
     "kind_of",
     "like",
@@ -138,22 +141,114 @@ def torch_view(t: Any, fn: str, arg: str, write: bool) -> Any:
         return _device_view(t, fn, arg)
     if t.device.type != "cpu":
         raise ArgumentTypeError(f"{what} on device {t.device}; expected a CPU or CUDA tensor")
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_bfloat16(fn, arg))
+    dtype = _numpy_dtypes().get(t.dtype)
+    if dtype is None and t.dtype == torch.bfloat16:
+        dtype = _bfloat16(fn, arg)
+    if dtype is None:
+        raise ArgumentTypeError(f"{what} of dtype {t.dtype}; expected a dtype MPI can carry (numpy has none)")
     try:
-        return t.numpy()
-    except (RuntimeError, TypeError) as exc:
-        raise ArgumentTypeError(f"{what} of dtype {t.dtype}, which MPI cannot carry ({exc})") from exc
+        return _address_view(t, dtype, True)
+    except RuntimeError as exc:
+        raise ArgumentError(f"{what} whose memory mpicomm cannot reach: {exc}") from exc
 
 
 def cpu_numpy(t: Any) -> Any:
-    """A CPU tensor's numpy view (~0.55 us), or None: refused, or on CUDA (a refusal there costs ~10 us)."""
-    if t.is_cuda:
-        return None
+    """A plain CPU tensor's numpy view (:func:`cpu_view`), or None: refused, or on CUDA."""
     try:
-        return t.numpy()
+        return cpu_view(t)
     except (RuntimeError, TypeError):
         return None
+
+
+def cpu_view(t: Any, keep: bool = True) -> np.ndarray:
+    """A plain CPU tensor's memory as a numpy array, reached by address (~0.6 us).
+
+    ``t.numpy()`` marks the tensor's storage as not resizable for ever (torch cannot know when the
+    numpy array dies), which breaks FSDP-style memory management (``untyped_storage().resize_(0)``
+    after a collective). This view is made from ``data_ptr()``, the shape and the strides over a
+    ``ctypes`` window on the address: the storage is left as it was. With ``keep`` the view holds
+    the tensor (as ``t.numpy()`` does); without it (the front door's cache of views, which must not
+    keep a dead tensor's memory) the caller of a blocking call holds it for the call, and the front
+    door gives an ``async_op`` call's :class:`~mpicomm.Work` the caller's tensors until it completes.
+
+    Raises:
+        TypeError: not a plain CPU tensor (CUDA, sparse, nested, requires grad, lazy conjugate or
+            negation bit, or a dtype numpy has not), as ``t.numpy()`` refuses.
+        RuntimeError: the tensor has no storage (a fake or functional tensor), or its storage is
+            smaller than its shape needs (``untyped_storage().resize_(0)`` freed it).
+
+    Example:
+        >>> import torch
+        >>> t = torch.arange(3.0)
+        >>> cpu_view(t)[1] = 7.0
+        >>> t.resize_(5).shape  # still resizable, unlike after t.numpy()
+        torch.Size([5])
+    """
+    dtype = _numpy_dtypes().get(t.dtype)
+    if (
+        dtype is None
+        or not t.is_cpu
+        or t.requires_grad
+        or t.layout is not _STRIDED[0]
+        or t.is_nested
+        or t.is_conj()
+        or t.is_neg()
+    ):
+        raise TypeError(f"not a plain CPU tensor of a dtype numpy has ({t.dtype} on {t.device})")
+    return _address_view(t, dtype, keep)
+
+
+#: torch dtype -> numpy dtype, made when the first torch tensor arrives (torch is imported by then).
+_DTYPES: dict[Any, np.dtype[Any]] = {}
+#: torch.strided, likewise.
+_STRIDED: list[Any] = [None]
+
+
+class _Window(ctypes.Array):  # type: ignore[type-arg]
+    """A ctypes window as large as any address range, from any address in ~0.07 us.
+
+    numpy checks only that a view fits in it (a type per size would fill ctypes' cache of types);
+    an instance may hold the tensor whose memory it shows (``tensor``).
+    """
+
+    _type_ = ctypes.c_char
+    _length_ = 1 << 46
+    tensor: Any
+
+
+def _numpy_dtypes() -> dict[Any, np.dtype[Any]]:
+    if not _DTYPES:
+        torch = sys.modules["torch"]
+        _STRIDED[0] = torch.strided
+        names = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+        pairs = [(getattr(torch, n), np.dtype(n)) for n in names]
+        pairs += [(torch.complex64, np.dtype(np.complex64)), (torch.complex128, np.dtype(np.complex128))]
+        wide = ("uint16", "uint32", "uint64")  # torch >= 2.3
+        pairs += [(getattr(torch, n), np.dtype(n)) for n in wide if hasattr(torch, n)]
+        _DTYPES.update(pairs)
+    return _DTYPES
+
+
+def _address_view(t: Any, dtype: np.dtype[Any], keep: bool) -> np.ndarray:
+    """``t``'s elements as a numpy array of ``dtype`` over ``t.data_ptr()`` (the storage is not marked)."""
+    shape = tuple(t.shape)
+    if t.numel() == 0:
+        return np.empty(shape, dtype)
+    size = dtype.itemsize
+    stride = t.stride()
+    extent = (sum((d - 1) * s for d, s in zip(shape, stride, strict=True)) + 1) * size
+    have = t.untyped_storage().nbytes()
+    if t.storage_offset() * size + extent > have:
+        raise RuntimeError(
+            f"its storage holds {have} bytes, fewer than its shape {list(shape)} needs "
+            "(was it freed with untyped_storage().resize_(0)?)"
+        )
+    window = _Window.from_address(t.data_ptr())
+    if keep:
+        window.tensor = t
+    strides = None if t.is_contiguous() else tuple(s * size for s in stride)
+    view: np.ndarray = np.ndarray(shape, dtype, window, 0, strides)  # type: ignore[arg-type]
+    return view
 
 
 def _bfloat16(fn: str, arg: str) -> np.dtype[Any]:
