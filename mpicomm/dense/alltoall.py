@@ -203,7 +203,8 @@ def all_to_all_single(
         )
     unsplit = _unsplit(output_split_sizes) and _unsplit(input_split_sizes)
     if unsplit and inp.nbytes > _Chunks.least and (step := chunks.step(inp.nbytes, inp.itemsize, g.size())):
-        return chunked.all_to_all_single(out, inp, g, async_op, step)  # the chunks device ranks send
+        # the chunks device ranks send
+        return chunked.all_to_all_single(all_to_all_single, out, inp, g, async_op, step)
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(inp.dtype), "row": row}, in_rows, out_rows, unit="rows")
     sbuf, sdt, sunit, _ = row_message(inp, readonly=True)

@@ -140,7 +140,7 @@ def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async
     if type(op) is not ReduceOp:
         _bad_op(op, "all_reduce")
     if tensor.nbytes > _Chunks.least and (step := chunks.step(tensor.nbytes, tensor.itemsize)):
-        return chunked.all_reduce(tensor, op, g, async_op, step)  # the chunks device ranks send
+        return chunked.all_reduce(all_reduce, tensor, op, g, async_op, step)  # the chunks device ranks send
     if is_half(tensor.dtype):
         return reduce_wide(
             lambda w: _all_reduce_checked(w, op, g, async_op), op, "all_reduce", tensor, [], async_op
@@ -232,7 +232,7 @@ def reduce(
         _bad_op(op, fn)
     if tensor.nbytes > _Chunks.least and (step := chunks.step(tensor.nbytes, tensor.itemsize)):
         root = root_rank(g, dst, group_dst, fn, "dst")
-        return chunked.reduce(tensor, root, op, g, async_op, step)  # the chunks device ranks send
+        return chunked.reduce(reduce, tensor, root, op, g, async_op, step)  # the chunks device ranks send
     if is_half(tensor.dtype):
         return reduce_wide(lambda w: reduce(w, dst, op, g, async_op, group_dst), op, fn, tensor, [], async_op)
     _, mop = op.mpi_op(tensor.dtype, fn)
@@ -309,7 +309,7 @@ def broadcast(
     check_output(tensor, fn, "tensor")
     root = root_rank(g, src, group_src, fn, "src")
     if tensor.nbytes > _Chunks.least and (step := chunks.step(tensor.nbytes, tensor.itemsize)):
-        return chunked.broadcast(tensor, root, g, async_op, step)  # the chunks device ranks send
+        return chunked.broadcast(broadcast, tensor, root, g, async_op, step)  # the chunks device ranks send
     post = None
     if g.rank() == root:
         msg = message(tensor)

@@ -49,9 +49,9 @@ reduce = front_door("reduce", {"tensor": BOTH}, pipelined=pipeline.reduce)(reduc
 reduce_scatter = front_door("reduce_scatter", {"output": WRITE, "input_list": READ})(
     reductions.reduce_scatter
 )
-reduce_scatter_tensor = front_door(
-    "reduce_scatter_tensor", {"output": WRITE, "input": READ}, pipelined=pipeline.reduce_scatter_tensor
-)(reductions.reduce_scatter_tensor)
+reduce_scatter_tensor = front_door("reduce_scatter_tensor", {"output": WRITE, "input": READ})(
+    reductions.reduce_scatter_tensor
+)
 reduce_scatter_single = reduce_scatter_tensor
 all_gather = front_door("all_gather", {"tensor_list": WRITE, "tensor": READ})(gathers.all_gather)
 all_gather_into_tensor = front_door(

@@ -5,7 +5,7 @@
 - ``direct``: device memory handed to a CUDA-aware MPI, through the host path's own checks.
 - ``staged``: device data staged through pinned host buffers around the host implementation,
   stream-ordered, with an asynchronous :class:`~mpicomm.Work` that uploads on completion.
-- ``pipeline``: large ``all_reduce``, ``broadcast``, ``reduce`` and ``reduce_scatter_tensor`` in
+- ``pipeline``: large ``all_reduce``, ``broadcast``, ``reduce`` and ``all_to_all_single`` in
   double-buffered chunks, each chunk the host implementation.
 - ``staging``: the reusable pinned host pool and the chunk plans that stage device data through it.
 - ``device``: binding each rank to a GPU by its node-local rank.

@@ -7,8 +7,10 @@ blocking calls, and only for the calls that move data without arithmetic: ``broa
 Open MPI's CUDA reductions copy through pageable host memory, unpipelined, which the staged pipeline
 beats (docs/gpu.rst).
 
-Each function makes the same MPI call on the same communicator as the host implementation, so ranks
-may mix paths within one call. It first waits for the caller's current stream (mpi4py hands device
+Each function makes the same MPI calls on the same communicator as the host implementation (a
+large ``broadcast`` in the chunks of :mod:`mpicomm.core.chunks`; a large equal-split
+``all_to_all_single`` is left to the pipeline, whose chunks are strided columns), so ranks may mix
+paths and kinds within one call. It first waits for the caller's current stream (mpi4py hands device
 pointers to MPI without any synchronisation). A non-contiguous output goes through a contiguous
 device temporary that starts as a copy of the output, so elements MPI does not write (a shorter
 message) keep their values. The in-place idiom of ``all_gather_into_tensor`` (the input is this
@@ -24,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _mpi
-from ..core import validation
+from ..core import chunks, validation
 from ..core.buffers import datatype
 from ..core.groups import ProcessGroup, resolve, root_rank
 from ..dense.alltoall import _counts, _row, _splits, _unsplit
@@ -88,7 +90,13 @@ def broadcast(
         (buf,) = _ready(tensor)
     else:
         _ready()
-    g.comm.Bcast([buf, datatype(tensor.dtype)], root)
+    dt, step = datatype(tensor.dtype), chunks.step(int(tensor.nbytes), tensor.itemsize)
+    if step:  # the chunks a host rank sends (mpicomm.core.chunks), as views of the device buffer
+        flat, n = buf.reshape(-1), step // tensor.itemsize
+        for a in range(0, flat.size, n):
+            g.comm.Bcast([flat[a : a + n], dt], root)
+    else:
+        g.comm.Bcast([buf, dt], root)
     if g.rank() != root:
         back()
     return None
@@ -146,6 +154,9 @@ def all_to_all_single(
         return NotImplemented  # the staged path runs the host checks and raises their error
     if out_rows[g.rank()] != in_rows[g.rank()] or _overlap(output, input):
         return NotImplemented  # the staged path runs the host code's checks on the same aliasing
+    unsplit = _unsplit(output_split_sizes) and _unsplit(input_split_sizes)
+    if unsplit and chunks.step(int(input.nbytes), input.itemsize, g.size()):
+        return NotImplemented  # chunks of strided columns: the pipeline stages them as host ranks send them
     out, back = _writable(output)
     (inp,) = _ready(input)
     dt = datatype(inp.dtype)

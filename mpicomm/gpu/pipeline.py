@@ -1,23 +1,22 @@
 """Large element-wise collectives on device arrays, pipelined through two pinned host buffers.
 
-``all_reduce``, ``broadcast``, ``reduce``, ``reduce_scatter_tensor`` and ``all_to_all_single`` (equal
-splits) of at least two chunks (``MPICOMM_STAGING_CHUNK``, 4 MiB by default; counted on the output of
-reduce_scatter_tensor, and per block of all_to_all_single, whose chunks take a 1 / group size share) run
-chunk by chunk: chunk ``i + 1`` is copied down while MPI works on chunk ``i``, and chunk ``i`` is
-copied up while MPI works on chunk ``i + 1``, so the copies hide behind MPI. Before a buffer is
-filled again, its previous upload must have finished (the ``freed`` events); before the first
-download, the caller's stream must have reached the call. Each chunk runs the *host* implementation
+``all_reduce``, ``broadcast``, ``reduce`` and ``all_to_all_single`` (equal splits) of at least two
+chunks (``MPICOMM_STAGING_CHUNK``, 4 MiB by default; per block of all_to_all_single, whose chunks take a
+1 / group size share) run chunk by chunk: chunk ``i + 1`` is copied down while MPI works on chunk
+``i``, and chunk ``i`` is copied up while MPI works on chunk ``i + 1``, so the copies hide behind MPI.
+Before a buffer is filled again, its previous upload must have finished (the ``freed`` events); before
+the first download, the caller's stream must have reached the call. Each chunk runs the *host* implementation
 on its host buffers, so float16 and bfloat16 (reduced in float32), AVG and PREMUL_SUM are the host
 path's, chunk for chunk.
 
-Whether a call is pipelined depends only on facts every rank of a correct call shares: that it is
-blocking, the message's size in bytes and the chunk size (set ``MPICOMM_STAGING_CHUNK`` alike on every
-rank). A strided array is pipelined too, through a contiguous device copy, so that every device rank
-issues the same MPI calls whatever its layout. A rank that passes *host* arrays to a pipelined call
-issues one MPI call where the device ranks issue one per chunk: mix host and device arrays across
-ranks only below two chunks; validation mode reports the mix as one error on every rank (the check
-records the staging). The order of the waits is checked on the CPU with the lazy fake cupy
-(``tests/mpi/test_gpu_fakecupy.py``), and on a GPU by ``tests/gpu``.
+The chunks are the wire's (:mod:`mpicomm.core.chunks`): they depend only on the message's size, its
+dtype, the group and the chunk setting, and a host rank (numpy, torch CPU) sends the very same chunks
+(``mpicomm.dense.chunked``), so ranks may hold any kind and any layout in one call. A strided array
+goes through a contiguous device copy. An asynchronous call is not pipelined: the generic staged path
+runs the host code on whole host buffers, which cuts the same chunks. ``reduce_scatter_tensor`` is not
+chunked on the wire (a host rank's chunk would need a copy), so it is staged whole. The order of the
+waits is checked on the CPU with the lazy fake cupy (``tests/mpi/test_gpu_fakecupy.py``), and on a GPU
+by ``tests/gpu``.
 
 Each function returns ``NotImplemented`` where it does not apply (asynchronous or small calls, a rank
 outside the group, arguments the host code would refuse); the generic staged path then serves the
@@ -29,15 +28,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..core import validation
+from ..core import chunks
 from ..core.groups import ProcessGroup, resolve, root_rank
 from ..core.reduce_op import ReduceOp
 from ..dense import alltoall, reductions
 from .direct import _overlap
 from .staged import Staging
-from .staging import ChunkPlan, chunk_bytes, chunk_step, plan_chunks
+from .staging import ChunkPlan, plan_chunks
 
-__all__ = ["all_reduce", "all_to_all_single", "broadcast", "reduce", "reduce_scatter_tensor", "run_chunks"]
+__all__ = ["all_reduce", "all_to_all_single", "broadcast", "reduce", "run_chunks"]
 
 
 def _plan(
@@ -56,13 +55,10 @@ def _plan(
         return None  # the host code raises the error
     if g.comm is None:
         return None
-    nbytes, chunk = int(x.nbytes) // parts, max(x.itemsize, chunk_bytes() // parts)
-    if nbytes <= chunk_step(x.itemsize, chunk):  # one chunk: not pipelined
+    step = chunks.step(int(x.nbytes), x.itemsize, parts)
+    if not step:  # one chunk: not pipelined
         return None
-    plan = plan_chunks(nbytes, x.itemsize, chunk)
-    if validation._Flag.on:  # a host-array rank's record differs: the mix is one error everywhere
-        validation.check(g, fn, {"staging": f"{len(plan)} chunks of {plan.chunk_bytes} bytes"})
-    return g, plan
+    return g, plan_chunks(int(x.nbytes) // parts, x.itemsize, step)
 
 
 def _root(group: ProcessGroup | None, world: int | None, local: int | None, fn: str, arg: str) -> int | None:
@@ -100,8 +96,7 @@ def run_chunks(
         src: The 1-D contiguous device array read.
         dst: The 1-D contiguous device array written (``src`` itself for the in-place calls).
         step: The host work on one chunk: ``host_in`` (``parts`` rows) and ``host_out`` (1-D).
-        parts: How many parts ``src`` has (the group size for reduce_scatter_tensor and
-            all_to_all_single, else 1).
+        parts: How many parts ``src`` has (the group size for all_to_all_single, else 1).
         down: Copy each chunk down before ``step``.
         up: Copy each chunk up after ``step``.
         out_parts: How many parts ``dst`` has (the group size for all_to_all_single, else 1).
@@ -230,32 +225,6 @@ def reduce(
         reductions.reduce(h, g.ranks[root], op, group)
 
     _run(tensor, plan, step, down=True, up=g.rank() == root)
-    return None
-
-
-def reduce_scatter_tensor(
-    output: Any,
-    input: Any,
-    op: ReduceOp = ReduceOp.SUM,
-    group: ProcessGroup | None = None,
-    async_op: bool = False,
-) -> Any:
-    """``reduce_scatter_tensor`` in pipelined chunks of the output (each chunk reads one piece per rank)."""
-    try:
-        n = resolve(group, "reduce_scatter_tensor").size()
-    except Exception:
-        return NotImplemented
-    if input.dtype != output.dtype or input.size != n * output.size or output is input:
-        return NotImplemented  # the host code raises its error
-    found = _plan(output, async_op, group, "reduce_scatter_tensor")
-    if found is None:
-        return NotImplemented
-    _, plan = found
-
-    def step(h: Any, o: Any) -> None:
-        reductions.reduce_scatter_tensor(o, h.reshape(-1) if n > 1 else h, op, group)
-
-    _run(input, plan, step, down=True, up=True, out=output, parts=n)
     return None
 
 

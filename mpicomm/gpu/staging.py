@@ -14,17 +14,16 @@ Nothing here imports cupy: the pool takes an allocator (numpy memory on the CPU,
 from __future__ import annotations
 
 import importlib
-import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..core.chunks import CHUNK_ENV_VAR, DEFAULT_CHUNK_BYTES, chunk_bytes, chunk_step
 from ..errors import ArgumentError, ArgumentTypeError
-from ..sizes import parse_size
 
 __all__ = [
     "CHUNK_ENV_VAR",
@@ -41,21 +40,11 @@ __all__ = [
     "size_class",
 ]
 
-#: The environment variable that sets the chunk size of staged messages.
-CHUNK_ENV_VAR = "MPICOMM_STAGING_CHUNK"
-
-#: The chunk size when ``MPICOMM_STAGING_CHUNK`` is unset: 4 MiB, large enough to reach full copy and
-#: network bandwidth, small enough that two chunks' copies overlap well.
-DEFAULT_CHUNK_BYTES = 4 << 20
-
 #: The smallest size class of the pool: smaller requests share 4 KiB buffers.
 MIN_CLASS_BYTES = 4 << 10
 
 # Above this size the classes are quarter steps between powers of two.
 _FINE_FROM = 64 << 10
-
-# A chunk must fit an MPI count of bytes in a C int.
-_MAX_CHUNK_BYTES = 2**31 - 1
 
 #: An allocator takes a byte count and returns a 1-D ``uint8`` host array of that many bytes.
 Allocator = Callable[[int], np.ndarray]
@@ -357,51 +346,6 @@ class ChunkPlan:
     def buffer_bytes(self) -> int:
         """The size each staging buffer needs, that is the largest chunk (0 for an empty message)."""
         return min(self.chunk_bytes, self.nbytes)
-
-
-def chunk_bytes(env: Mapping[str, str] | None = None) -> int:
-    """The staging chunk size from ``MPICOMM_STAGING_CHUNK``, or 4 MiB where it is unset or empty.
-
-    The value is a byte count with an optional binary unit: ``1048576``, ``512K``, ``4M``, ``4MiB``,
-    ``1G`` (case does not matter).
-
-    Args:
-        env: The environment to read; ``None`` for ``os.environ``.
-
-    Returns:
-        The chunk size in bytes.
-
-    Raises:
-        ArgumentError: the value is not a size, is 0, or is above 2**31 - 1 bytes.
-
-    Example:
-        >>> from mpicomm.gpu.staging import chunk_bytes
-        >>> chunk_bytes({}), chunk_bytes({"MPICOMM_STAGING_CHUNK": "512K"})
-        (4194304, 524288)
-        >>> chunk_bytes({"MPICOMM_STAGING_CHUNK": "1MiB"})
-        1048576
-    """
-    raw = (os.environ if env is None else env).get(CHUNK_ENV_VAR, "")
-    if not raw.strip():
-        return DEFAULT_CHUNK_BYTES
-    value = parse_size(raw, "chunk_bytes", f"environment variable {CHUNK_ENV_VAR}")
-    if not 0 < value <= _MAX_CHUNK_BYTES:
-        raise ArgumentError(
-            f"chunk_bytes: environment variable {CHUNK_ENV_VAR} is {raw!r} ({value} bytes); expected 1 to "
-            f"{_MAX_CHUNK_BYTES} bytes"
-        )
-    return value
-
-
-def chunk_step(itemsize: int, chunk: int) -> int:
-    """The length of a full chunk: ``chunk`` bytes rounded down to whole elements, at least one element.
-
-    Example:
-        >>> from mpicomm.gpu.staging import chunk_step
-        >>> chunk_step(8, 30), chunk_step(8, 4)
-        (24, 8)
-    """
-    return max(int(itemsize), int(chunk) - int(chunk) % int(itemsize))
 
 
 def plan_chunks(nbytes: int, itemsize: int = 1, chunk: int | None = None, buffers: int = 2) -> ChunkPlan:

@@ -47,6 +47,17 @@ def use_staged(monkeypatch: Any, aware: str = "0") -> None:
     front.PATHS.clear()
 
 
+def chunk_size(monkeypatch: Any, value: str) -> Iterator[None]:
+    """A fixture's body: ``MPICOMM_STAGING_CHUNK=value`` for one test (read again now and after)."""
+    from mpicomm.core import chunks
+
+    monkeypatch.setenv("MPICOMM_STAGING_CHUNK", value)
+    chunks.reload()
+    yield
+    monkeypatch.delenv("MPICOMM_STAGING_CHUNK")
+    chunks.reload()
+
+
 def world() -> tuple[int, int]:
     import mpicomm
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mpicomm.core import watchdog
+from mpicomm.core import chunks, watchdog
 from mpicomm.gpu import cuda_aware, staged
 
 HERE = Path(__file__).resolve().parent
@@ -124,8 +124,12 @@ def cp(fake: Any, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureReques
 
 
 @pytest.fixture
-def chunk4k(monkeypatch: pytest.MonkeyPatch) -> None:
+def chunk4k(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("MPICOMM_STAGING_CHUNK", "4K")
+    chunks.reload()  # the calls read the setting once (mpicomm.core.chunks)
+    yield
+    monkeypatch.delenv("MPICOMM_STAGING_CHUNK")
+    chunks.reload()
 
 
 def test_the_cuda_awareness_decision_is_the_expected_one() -> None:

@@ -15,11 +15,22 @@ from standin import DeviceArray, LazyBackend
 
 import mpicomm
 from mpicomm import ArgumentError, ArgumentTypeError
+from mpicomm.core import chunks
 from mpicomm.front import device as front
 from mpicomm.gpu import backend as gpu_backend
 from mpicomm.gpu import staged
 
 SEED = 1234
+
+
+@pytest.fixture
+def chunk4k(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``MPICOMM_STAGING_CHUNK=4K`` (512 float64 a chunk) for one test, read again now and after."""
+    monkeypatch.setenv("MPICOMM_STAGING_CHUNK", "4K")
+    chunks.reload()
+    yield
+    monkeypatch.delenv("MPICOMM_STAGING_CHUNK")
+    chunks.reload()
 
 
 @pytest.fixture
@@ -131,9 +142,8 @@ def test_point_to_point_ring_on_device_arrays(be: LazyBackend) -> None:
 
 @pytest.mark.parametrize("count", [2048, 3 * 512 + 17])
 def test_large_all_reduce_and_broadcast_are_pipelined_in_chunks(
-    be: LazyBackend, monkeypatch: pytest.MonkeyPatch, count: int
+    be: LazyBackend, chunk4k: None, count: int
 ) -> None:
-    monkeypatch.setenv("MPICOMM_STAGING_CHUNK", "4K")  # 512 float64 per chunk: 3 chunks and more
     r, n = world()
     x = inputs(n, count)
     d = dev(np.zeros(count))

@@ -1,0 +1,139 @@
+"""Chunks on the wire: one MPI call sequence per call, whatever array kind each rank holds.
+
+Which MPI calls a collective makes (how many, their sizes and order) may depend only on what every
+rank of a correct call knows alike: sizes, dtype, op, group and the chunk setting
+``MPICOMM_STAGING_CHUNK``. Device ranks stage a large ``all_reduce``, ``broadcast``, ``reduce`` or
+equal-split ``all_to_all_single`` in chunks of that size (``mpicomm.gpu.pipeline``), so that the
+copies overlap MPI; host ranks (numpy arrays, torch CPU tensors) therefore send the same chunks, as
+zero-copy views (``mpicomm.dense.chunked``). A message goes in chunks when it is longer than one
+chunk (:func:`step`); ``all_to_all_single`` counts per destination block, whose chunks take a
+``1 / group size`` share. ``reduce_scatter_tensor`` is never chunked: a host rank's chunk would
+need a copy of strided input pieces (the host path stays as fast as it was).
+
+The setting is read once, when mpicomm is imported, and again by :func:`reload`: reading the
+environment costs about 0.3 us, as much as a small call's own work. Set it alike on every rank.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from ..errors import ArgumentError
+from ..sizes import parse_size
+
+__all__ = ["CHUNK_ENV_VAR", "DEFAULT_CHUNK_BYTES", "Setting", "chunk_bytes", "chunk_step", "reload", "step"]
+
+#: The environment variable that sets the chunk size of large messages.
+CHUNK_ENV_VAR = "MPICOMM_STAGING_CHUNK"
+
+#: The chunk size when ``MPICOMM_STAGING_CHUNK`` is unset: 4 MiB, large enough to reach full copy and
+#: network bandwidth, small enough that two chunks' copies overlap well.
+DEFAULT_CHUNK_BYTES = 4 << 20
+
+# A chunk must fit an MPI count of bytes in a C int.
+_MAX_CHUNK_BYTES = 2**31 - 1
+
+
+def chunk_bytes(env: Mapping[str, str] | None = None) -> int:
+    """The chunk size from ``MPICOMM_STAGING_CHUNK``, or 4 MiB where it is unset or empty.
+
+    The value is a byte count with an optional binary unit: ``1048576``, ``512K``, ``4M``, ``4MiB``,
+    ``1G`` (case does not matter). This reads the environment now; the calls use the value
+    :func:`reload` kept.
+
+    Args:
+        env: The environment to read; ``None`` for ``os.environ``.
+
+    Returns:
+        The chunk size in bytes.
+
+    Raises:
+        ArgumentError: the value is not a size, is 0, or is above 2**31 - 1 bytes.
+
+    Example:
+        >>> from mpicomm.core.chunks import chunk_bytes
+        >>> chunk_bytes({}), chunk_bytes({"MPICOMM_STAGING_CHUNK": "512K"})
+        (4194304, 524288)
+        >>> chunk_bytes({"MPICOMM_STAGING_CHUNK": "1MiB"})
+        1048576
+    """
+    raw = (os.environ if env is None else env).get(CHUNK_ENV_VAR, "")
+    if not raw.strip():
+        return DEFAULT_CHUNK_BYTES
+    value = parse_size(raw, "chunk_bytes", f"environment variable {CHUNK_ENV_VAR}")
+    if not 0 < value <= _MAX_CHUNK_BYTES:
+        raise ArgumentError(
+            f"chunk_bytes: environment variable {CHUNK_ENV_VAR} is {raw!r} ({value} bytes); expected 1 to "
+            f"{_MAX_CHUNK_BYTES} bytes"
+        )
+    return value
+
+
+def chunk_step(itemsize: int, chunk: int) -> int:
+    """The length of a full chunk: ``chunk`` bytes rounded down to whole elements, at least one element.
+
+    Example:
+        >>> from mpicomm.core.chunks import chunk_step
+        >>> chunk_step(8, 30), chunk_step(16, 4)
+        (24, 16)
+    """
+    return max(itemsize, chunk - chunk % itemsize)
+
+
+class Setting:
+    """The chunk setting the calls use (kept by :func:`reload`).
+
+    Attributes:
+        bytes: The chunk size; -1 where ``MPICOMM_STAGING_CHUNK`` is not valid (calls then raise its error).
+        least: Messages of at most this many bytes are never chunked (a cheap test before :func:`step`).
+    """
+
+    bytes: int = DEFAULT_CHUNK_BYTES
+    least: int = DEFAULT_CHUNK_BYTES // 2
+
+
+def reload() -> int:
+    """Read ``MPICOMM_STAGING_CHUNK`` again; every later call uses the new value (-1: not valid).
+
+    Example:
+        >>> from mpicomm.core.chunks import reload
+        >>> reload() > 0
+        True
+    """
+    try:
+        Setting.bytes = chunk_bytes()
+    except ArgumentError:
+        Setting.bytes = -1  # every call that might chunk asks step(), which raises the error
+    # all_to_all_single's test, nbytes // parts > chunk_step(itemsize, chunk // parts), implies
+    # nbytes > chunk / 2 for any group size and itemsize; one bound serves every call
+    Setting.least = Setting.bytes // 2 if Setting.bytes > 0 else -1
+    return Setting.bytes
+
+
+def step(nbytes: int, itemsize: int, parts: int = 1) -> int:
+    """The chunk length (bytes per part) of a message of ``nbytes`` cut in ``parts`` blocks, or 0: one call.
+
+    Args:
+        nbytes: The message's bytes (all parts together).
+        itemsize: The element size; chunks hold whole elements.
+        parts: How many equal blocks move together, one chunk of each per call (the group size for
+            ``all_to_all_single``, else 1).
+
+    Returns:
+        The bytes of each block's full chunks, or 0 where the message fits one chunk.
+
+    Raises:
+        ArgumentError: ``MPICOMM_STAGING_CHUNK`` is not valid.
+
+    Example:
+        >>> from mpicomm.core import chunks
+        >>> chunks.step(4 << 20, 8), chunks.step((4 << 20) + 8, 8)
+        (0, 4194304)
+    """
+    limit = Setting.bytes if Setting.bytes > 0 else chunk_bytes()
+    full = chunk_step(itemsize, max(itemsize, limit // parts))
+    return full if nbytes // parts > full else 0
+
+
+reload()
