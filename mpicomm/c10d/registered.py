@@ -1,0 +1,312 @@
+"""The process group torch builds for ``backend="mpicomm"``: c10d's methods on an mpicomm group.
+
+torch accepts a ``torch.distributed.ProcessGroup`` subclass written in Python as a whole group: its
+C++ side (DDP's reducer, FSDP2, DeviceMesh, DTensor, functional collectives) calls these methods back.
+Each one reads torch's options object once and calls mpicomm's public front door
+(:mod:`mpicomm.front.collectives`), so CPU tensors take the host path and CUDA tensors mpicomm's
+direct or staged GPU path. Collectives complete before they return and answer a completed
+:class:`~mpicomm.c10d.work.Done` (torch's C++ waits on futures, never on the Work); point-to-point
+transfers answer a :class:`~mpicomm.c10d.work.Pending`.
+
+Roots, peers and ranks are group ranks, as torch passes them. Timeouts: the group's (from
+``init_process_group(timeout=...)`` or ``new_group(timeout=...)``) bounds every blocking call; a
+barrier's own ``timeout`` option, when set, bounds that barrier.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..core.groups import ProcessGroup as Group
+from ..core.reduce_op import ReduceOp
+from ..core.work import Work, completed
+from ..dense.reductions import barrier as _barrier
+from ..errors import ArgumentError
+from ..front import coalesced, collectives
+from .work import Done, Pending
+
+__all__ = ["MpicommProcessGroup"]
+
+_RED: Any = dist.ReduceOp.RedOpType  # its members are missing from torch's type stubs
+#: torch's reductions by their enum; PREMUL_SUM is built with its factor.
+_OPS: dict[Any, ReduceOp] = {
+    getattr(_RED, n): getattr(ReduceOp, n)
+    for n in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
+}
+_SUM = _RED.SUM
+_PREMUL = _RED.PREMUL_SUM
+_ZERO = datetime.timedelta(0)
+
+
+def _reduction(opts: Any) -> ReduceOp:
+    """The mpicomm reduction for torch's ``opts.reduceOp`` (SUM first: one comparison, no enum read)."""
+    rop = opts.reduceOp
+    if rop == _SUM:
+        return ReduceOp.SUM
+    kind = rop.op
+    if kind == _PREMUL:
+        factor = rop.factor
+        return ReduceOp.PREMUL_SUM(factor.item() if isinstance(factor, torch.Tensor) else factor)
+    return _OPS[kind]
+
+
+def _single(tensors: list[Any], fn: str) -> Any:
+    """The one tensor of c10d's list (one device per process)."""
+    if len(tensors) != 1:
+        raise ArgumentError(
+            f"ProcessGroup.{fn}: tensors has {len(tensors)} entries; expected 1 (one per process)"
+        )
+    return tensors[0]
+
+
+def _pending(work: Work | None) -> Work:
+    """The Work of a transfer (a member always gets one; a completed one otherwise)."""
+    return completed() if work is None else work
+
+
+def _splits(sizes: Any) -> list[int] | None:
+    """Torch's split sizes (``[]``: even splits) as mpicomm's (None)."""
+    return list(sizes) or None
+
+
+class MpicommProcessGroup(dist.ProcessGroup):
+    """torch's ProcessGroup for ``backend="mpicomm"``, built by torch through the registered creator.
+
+    Args:
+        group: The mpicomm group this torch group runs on (its communicator, ranks and timeout).
+        name: The name torch gives the group (``setGroupName`` may change it).
+
+    Example:
+        >>> import mpicomm, mpicomm.torch
+        >>> pg = mpicomm.torch.process_group(mpicomm.init())
+        >>> pg.getBackendName(), pg.size() == mpicomm.get_world_size()
+        ('mpicomm', True)
+    """
+
+    def __init__(self, group: Group, name: str = "") -> None:
+        super().__init__(group.rank(), group.size())  # type: ignore[call-arg]  # the stubs lack it
+        self._g = group
+        self._name = name
+        self._desc = group.name
+
+    # -- identity: C++ keeps no name for a Python group; DeviceMesh and funcol look groups up by name
+
+    def getBackendName(self) -> str:  # noqa: N802 - c10d's name
+        """``"mpicomm"``."""
+        return "mpicomm"
+
+    def setGroupName(self, name: str) -> None:  # noqa: N802 - c10d's name
+        """Keep the name torch registers the group under."""
+        self._name = name
+
+    def getGroupName(self) -> str:  # noqa: N802 - c10d's name
+        """The name torch registered the group under."""
+        return self._name
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802 - c10d's name
+        """Keep torch's description of the group."""
+        self._desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802 - c10d's name
+        """Torch's description of the group."""
+        return self._desc
+
+    @property
+    def group_name(self) -> str:  # type: ignore[override]
+        """The name torch registered the group under."""
+        return self._name
+
+    @property
+    def group_desc(self) -> str:  # type: ignore[override]
+        """Torch's description of the group."""
+        return self._desc
+
+    @property
+    def mpicomm_group(self) -> Group:
+        """The mpicomm group underneath (to call mpicomm directly on the same ranks)."""
+        return self._g
+
+    def __repr__(self) -> str:
+        return f"<MpicommProcessGroup {self._name or '?'}: {self._g!r}>"
+
+    # -- reductions
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Done:  # type: ignore[override]
+        """``dist.all_reduce``: one tensor reduced in place (``opts.reduceOp``, PREMUL_SUM's factor, AVG)."""
+        if len(tensors) != 1:
+            _single(tensors, "allreduce")
+        op = ReduceOp.SUM if opts is None else _reduction(opts)
+        collectives.all_reduce(tensors[0], op, self._g, False)
+        return Done(tensors)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Done:  # type: ignore[override]
+        """``dist.all_reduce_coalesced``: every tensor reduced in place, one MPI call per dtype."""
+        op = ReduceOp.SUM if opts is None else _reduction(opts)
+        coalesced._all_reduce_coalesced(list[Any](tensors), op, self._g, False)
+        return Done(tensors)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Done:  # type: ignore[override]
+        """``dist.reduce``: onto group rank ``opts.rootRank``."""
+        t = _single(tensors, "reduce")
+        op = ReduceOp.SUM if opts is None else _reduction(opts)
+        root = 0 if opts is None else opts.rootRank
+        collectives.reduce(t, None, op, self._g, False, group_dst=root)
+        return Done(tensors)
+
+    def reduce_scatter(  # type: ignore[override]
+        self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
+    ) -> Done:
+        """``dist.reduce_scatter``: this rank's block of the reduction of every rank's list."""
+        out = _single(output_tensors, "reduce_scatter")
+        ins = _single(input_tensors, "reduce_scatter")
+        op = ReduceOp.SUM if opts is None else _reduction(opts)
+        collectives.reduce_scatter(out, list(ins), op, self._g, False)
+        return Done(output_tensors)
+
+    def reduce_scatter_single(  # type: ignore[override]
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> Done:
+        """``dist.reduce_scatter_tensor`` (FSDP2's call): this rank's block of the reduced ``input``."""
+        op = ReduceOp.SUM if opts is None else _reduction(opts)
+        collectives.reduce_scatter_tensor(output, input, op, self._g, False)
+        return Done([output])
+
+    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
+
+    def reduce_scatter_single_coalesced(  # type: ignore[override]
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> Done:
+        """Several ``reduce_scatter_tensor`` calls, one after the other (functional collectives)."""
+        if len(outputs) != len(inputs):
+            raise ArgumentError(
+                f"ProcessGroup.reduce_scatter_single_coalesced: {len(outputs)} outputs; expected "
+                f"{len(inputs)} (one per input)"
+            )
+        op = ReduceOp.SUM if opts is None else _reduction(opts)
+        for out, inp in zip(outputs, inputs, strict=True):
+            collectives.reduce_scatter_tensor(out, inp, op, self._g, False)
+        return Done(list(outputs))
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # type: ignore[assignment]
+
+    # -- gathers, broadcast, scatter, all-to-all
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Done:  # type: ignore[override]
+        """``dist.broadcast`` from group rank ``opts.rootRank``."""
+        t = _single(tensors, "broadcast")
+        root = 0 if opts is None else opts.rootRank
+        collectives.broadcast(t, None, self._g, False, group_src=root)
+        return Done(tensors)
+
+    def allgather(  # type: ignore[override]
+        self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
+    ) -> Done:
+        """``dist.all_gather``: one output tensor per group rank."""
+        outs = _single(output_tensors, "allgather")
+        collectives.all_gather(list(outs), _single(input_tensors, "allgather"), self._g, False)
+        return Done(output_tensors)
+
+    def allgather_coalesced(  # type: ignore[override]
+        self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor], opts: Any = None
+    ) -> Done:
+        """Several ``all_gather`` calls, one per input tensor."""
+        for outs, t in zip(output_lists, input_list, strict=True):
+            collectives.all_gather(list(outs), t, self._g, False)
+        return Done(output_lists)
+
+    def all_gather_single(  # type: ignore[override]
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> Done:
+        """``dist.all_gather_into_tensor`` (FSDP2's call): every rank's ``input``, concatenated."""
+        collectives.all_gather_into_tensor(output, input, self._g, False)
+        return Done([output])
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(  # type: ignore[override]
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> Done:
+        """Several ``all_gather_into_tensor`` calls, one after the other (functional collectives, DTensor)."""
+        if len(outputs) != len(inputs):
+            raise ArgumentError(
+                f"ProcessGroup.all_gather_single_coalesced: {len(outputs)} outputs; expected "
+                f"{len(inputs)} (one per input)"
+            )
+        for out, inp in zip(outputs, inputs, strict=True):
+            collectives.all_gather_into_tensor(out, inp, self._g, False)
+        return Done(list(outputs))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced  # type: ignore[assignment]
+
+    def gather(  # type: ignore[override]
+        self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
+    ) -> Done:
+        """``dist.gather`` onto group rank ``opts.rootRank`` (``output_tensors`` is ``[]`` elsewhere)."""
+        t = _single(input_tensors, "gather")
+        root = 0 if opts is None else opts.rootRank
+        outs = list(_single(output_tensors, "gather")) if output_tensors else None
+        collectives.gather(t, outs, None, self._g, False, group_dst=root)
+        return Done(output_tensors)
+
+    def scatter(  # type: ignore[override]
+        self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
+    ) -> Done:
+        """``dist.scatter`` from group rank ``opts.rootRank`` (``input_tensors`` is ``[]`` elsewhere)."""
+        out = _single(output_tensors, "scatter")
+        root = 0 if opts is None else opts.rootRank
+        ins = list(_single(input_tensors, "scatter")) if input_tensors else None
+        collectives.scatter(out, ins, None, self._g, False, group_src=root)
+        return Done(output_tensors)
+
+    def all_to_all_single(  # type: ignore[override]
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: Any = None,
+    ) -> Done:
+        """``dist.all_to_all_single``: rows of ``input`` to each rank (``[]`` splits: even)."""
+        collectives.all_to_all_single(
+            output, input, _splits(output_split_sizes), _splits(input_split_sizes), self._g, False
+        )
+        return Done([output])
+
+    alltoall_base = all_to_all_single  # type: ignore[assignment]
+
+    def alltoall(  # type: ignore[override]
+        self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: Any = None
+    ) -> Done:
+        """``dist.all_to_all``: one tensor to and from each group rank."""
+        collectives.all_to_all(list(output_tensors), list(input_tensors), self._g, False)
+        return Done(output_tensors)
+
+    def barrier(self, opts: Any = None) -> Done:  # type: ignore[override]
+        """``dist.barrier``; ``opts.timeout``, when set, bounds it (the group's timeout otherwise)."""
+        timeout = None if opts is None else opts.timeout
+        _barrier(self._g, False, None, timeout if timeout is not None and timeout > _ZERO else None)
+        return Done([])
+
+    # -- point to point: non-blocking, so that two ranks may both send first
+
+    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> Pending:  # type: ignore[override]  # noqa: N803
+        """``dist.send``/``isend`` to group rank ``dstRank``."""
+        t = _single(tensors, "send")
+        work = collectives.isend(t, None, self._g, tag, group_dst=dstRank)
+        return Pending(_pending(work), tensors, self._g.ranks)
+
+    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> Pending:  # type: ignore[override]  # noqa: N803
+        """``dist.recv``/``irecv`` from group rank ``srcRank``."""
+        t = _single(tensors, "recv")
+        work = collectives.irecv(t, None, self._g, tag, group_src=srcRank)
+        return Pending(_pending(work), tensors, self._g.ranks)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> Pending:  # type: ignore[override]
+        """``dist.recv(src=None)``: from any rank; the Work's ``_source_rank()`` names the group rank."""
+        t = _single(tensors, "recv_anysource")
+        work = collectives.irecv(t, None, self._g, tag)
+        return Pending(_pending(work), tensors, self._g.ranks)
