@@ -1,7 +1,8 @@
 """Failure handling: one rank's uncaught exception ends the whole job, instead of hanging the others.
 
 Once :func:`mpicomm.init` runs on more than one rank, mpicomm wraps ``sys.excepthook`` and
-``threading.excepthook``: the failing rank prints its traceback prefixed with its rank, then calls
+``threading.excepthook``: the failing rank prints its traceback prefixed with its rank (to the
+process's own stderr, ``sys.__stderr__``, whatever hooks installed later did to ``sys.stderr``), then calls
 ``MPI_Abort`` on ``COMM_WORLD`` so that ranks blocked in a collective are killed too. Opt out with
 ``MPICOMM_ABORT_ON_EXCEPTION=0`` or ``mpicomm.init(abort_on_exception=False)``; ``python -m mpi4py``
 gives the same guarantee from outside.
@@ -72,9 +73,20 @@ def _report_and_abort(
         _Hook.previous(kind, value, tb)
     lines = traceback.format_exception(kind, value, tb)
     text = "".join(f"[rank {rank}] {line}" for chunk in lines for line in chunk.splitlines(True))
-    sys.stderr.write(text)
-    sys.stderr.write(f"[rank {rank}] mpicomm: uncaught exception, aborting the MPI job\n")
-    sys.stderr.flush()
+    text += f"[rank {rank}] mpicomm: uncaught exception, aborting the MPI job\n"
+    # The process's own stderr, which the launcher forwards: a hook installed after ours may have
+    # swapped sys.stderr for a buffer it prints only when we return (torch's init_process_group does,
+    # and we never return), so the traceback would be lost and the job end with only "Abort(1)".
+    # A sys.stderr the program redirected elsewhere (a log file) gets the text too.
+    streams = [sys.__stderr__] if sys.stderr is sys.__stderr__ else [sys.__stderr__, sys.stderr]
+    for stream in streams:
+        if stream is None:  # no console (pythonw)
+            continue
+        try:
+            stream.write(text)
+            stream.flush()
+        except Exception:  # a closed or broken stream must not stop the abort
+            pass
     # The launcher forwards our stderr asynchronously and may drop what is still in the pipe when
     # the abort tears the job down: give it a moment, so the traceback is never lost.
     time.sleep(0.25)

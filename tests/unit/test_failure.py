@@ -449,3 +449,37 @@ def test_harness_notices_ranks_that_ran_different_tests(tmp_path: Path) -> None:
     assert not job.timed_out, job.describe()
     assert job.rc != 0, "a rank that skipped what the others ran went unnoticed\n" + job.describe()
     assert "ranks ran different tests" in job.err, job.describe()
+
+
+def test_traceback_reaches_the_terminal_under_torchs_exception_hook(tmp_path: Path) -> None:
+    """torch's ``init_process_group`` wraps ``sys.excepthook`` and runs the previous hook (ours) with
+    ``sys.stderr`` swapped for a buffer it prints after the hook returns; ours aborts and never
+    returns, so the traceback must go to the process's own stderr or the job ends with only Abort(1)."""
+    pytest.importorskip("torch")
+    body = """
+        import sys
+        import mpicomm
+        import torch.distributed as dist
+
+        rank = mpicomm.init().rank()  # mpicomm's abort hook first, torch's wraps it
+        store = dist.FileStore(sys.argv[1], 2)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+        assert sys.excepthook.__name__ == "_distributed_excepthook", sys.excepthook
+
+
+        def train_step():
+            raise RuntimeError("loss is nan on rank one")
+
+
+        if rank == 1:
+            train_step()
+        mpicomm.barrier()  # rank 0 waits here for rank 1, which never comes
+        print("unreachable", flush=True)
+    """
+    path = script(tmp_path, "torch_hook.py", body)
+    job = run_job([sys.executable, str(path), str(tmp_path / "store")], n=2, timeout=60)
+    assert not job.timed_out, "the job hung instead of aborting\n" + job.describe()
+    assert job.rc != 0 and "unreachable" not in job.out, job.describe()
+    assert "[rank 1] RuntimeError: loss is nan on rank one" in job.err, job.describe()
+    assert re.search(r"\[rank 1\] +File .*torch_hook\.py.*, in train_step", job.err), job.describe()
+    assert "[rank 1] mpicomm: uncaught exception, aborting the MPI job" in job.err, job.describe()
