@@ -3,29 +3,38 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import accumulate, pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import _mpi
-from ..core import validation
+from ..core import cmpi, validation
 from ..core.arrays import Array
 from ..core.buffers import as_int_list, datatype, displacements, row_size
+from ..core.control import memory_bound
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError, CommunicationError
 from .device import int_stats, is_device, namespace, to_host, xp_take
 from .jagged_array import cumulative
+from .keyed import _exact_total
 from .plan import _DIRECT
 from .wire import (
     _DTYPES,
     _FLAGS,
     _HEADER,
+    _INLINE,
+    _JAGGED_WORDS,
     _ROWS,
+    _SPLITS,
+    _TOTAL,
     _VALUES,
     _alltoallv,
+    _check_claims,
     _check_lengths,
     _check_values,
+    _disagree,
     _dtype_tag,
     _exchange_header,
     _exclusive_cumsum,
@@ -54,7 +63,8 @@ def jagged_all_to_all(
 
     Row i has ``lengths[i]`` values. The first ``send_splits[0]`` rows go to rank 0, the next
     ``send_splits[1]`` to rank 1, and so on. One ``Alltoall`` of int64 counts tells every rank what
-    it will receive; then two ``Ialltoallv`` move the lengths and the values. Rows from rank 0 come
+    it will receive; then one blocking ``Alltoallv`` each moves the lengths and the values (two
+    ``Ialltoallv`` with ``async_op``). Rows from rank 0 come
     first in the result, then rows from rank 1, and so on. Two ranks, particles as rows:
 
     ======  ==================  ===========  ==============================  ================
@@ -98,44 +108,211 @@ def jagged_all_to_all(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
-    vals, lens = _check_values(values, fn), _check_lengths(lengths, fn)
-    if isinstance(send_splits, (str, bytes)) or not isinstance(send_splits, (list, tuple, np.ndarray)):
-        raise ArgumentTypeError(f"{fn}: send_splits is {send_splits!r}; expected a list of {g.size()} ints")
-    splits = as_int_list(send_splits, fn, "send_splits")
-    if len(splits) != g.size():
-        raise ArgumentError(
-            f"{fn}: send_splits has {len(splits)} entries; expected {g.size()} (the group size)"
-        )
+    if (
+        type(values) is np.ndarray
+        and values.flags.c_contiguous
+        and values.ndim
+        and not values.dtype.hasobject
+    ):
+        vals = values  # the common case, checked inline
+    else:
+        vals = _check_values(values, fn)
+    if (
+        type(lengths) is np.ndarray
+        and lengths.flags.c_contiguous
+        and lengths.ndim == 1
+        and lengths.dtype.kind in "iu"
+    ):
+        lens = lengths
+    else:
+        lens = _check_lengths(lengths, fn, cheap=True)
+    if type(send_splits) is list and {*map(type, send_splits)} <= _INT:
+        splits = send_splits  # a list of Python ints, checked for negatives below
+        if splits and min(splits) < 0:
+            raise ArgumentError(
+                f"{fn}: send_splits has a negative entry {min(splits)} in {splits}; expected >= 0"
+            )
+    else:
+        if isinstance(send_splits, (str, bytes)) or not isinstance(send_splits, (list, tuple, np.ndarray)):
+            raise ArgumentTypeError(
+                f"{fn}: send_splits is {send_splits!r}; expected a list of {g.size()} ints"
+            )
+        splits = as_int_list(send_splits, fn, "send_splits")
+    n = g.size()
+    if len(splits) != n:
+        raise ArgumentError(f"{fn}: send_splits has {len(splits)} entries; expected {n} (the group size)")
     if sum(splits) != lens.size:
         raise ArgumentError(
             f"{fn}: send_splits sums to {sum(splits)}; expected {lens.size}, the rows in lengths"
         )
-    cum = _exclusive_cumsum(lens)
-    if cum[-1] != vals.shape[0]:
+    sent = _values_per_rank(lens, splits, fn)
+    if sum(sent) != vals.shape[0]:
         raise ArgumentError(
-            f"{fn}: lengths sum to {cum[-1]}; expected {vals.shape[0]}, the values along dim 0"
+            f"{fn}: lengths sum to {sum(sent)}; expected {vals.shape[0]}, the values along dim 0"
         )
-    dtypes = (str(lens.dtype), _dtype_tag(vals.dtype), vals.shape[1:])
+    key = (lens.dtype, vals.dtype, vals.shape[1:])
+    fp = _FINGERPRINTS.get(key)
+    if fp is None:
+        fp = _FINGERPRINTS[key] = _fingerprint(str(lens.dtype), _dtype_tag(vals.dtype), vals.shape[1:])
     if validation._Flag.on:
+        dtypes = (str(lens.dtype), _dtype_tag(vals.dtype), vals.shape[1:])
         validation.check(g, fn, {"lengths dtype, values dtype, value shape": dtypes})
-    bounds = _exclusive_cumsum(np.asarray(splits, dtype=np.int64))
-    header = np.zeros((g.size(), _HEADER), dtype=np.int64)
-    header[:, _ROWS] = splits
-    header[:, _VALUES] = np.diff(cum[bounds])
-    header[:, _DTYPES] = _fingerprint(*dtypes)
-    got = _exchange_header(g, header, fn, (lens.itemsize, vals.itemsize * row_size(vals)))
-    recv_rows, recv_vals = got[:, _ROWS], got[:, _VALUES]
-    out_l = np.empty(int(recv_rows.sum()), dtype=lens.dtype)
-    out_v = np.empty((int(recv_vals.sum()), *vals.shape[1:]), dtype=vals.dtype)
-    requests = [
-        _alltoallv(g, lens, header[:, _ROWS], out_l, recv_rows),
-        _alltoallv(g, vals, header[:, _VALUES], out_v, recv_vals),
-    ]
-    result = JaggedResult(out_l, out_v, recv_rows.tolist())
-    if async_op:
-        return Work(requests, keep=(lens, vals), result=list(result))
-    _mpi.MPI.Request.Waitall(requests)
-    return result
+    row = row_size(vals)
+    item_bytes = (lens.itemsize, vals.itemsize * row)
+    # the counts message: one row of _WIDE int64 words per destination, its lengths inline if they fit
+    pad = _PAD
+    if not async_op and lens.size <= _PYTHON_ROWS and max(splits, default=0) <= _INLINE:
+        every, rows, i = lens.tolist(), [], 0
+        for r, v in zip(splits, sent, strict=True):
+            rows.append([0, fp, 0, r, v, 0, _IN_HEADER, *every[i : i + r], *pad[r:]])
+            i += r
+    else:
+        mode = _NONBLOCKING if async_op else _BLOCKING
+        rows = [[0, fp, 0, r, v, 0, mode, *pad] for r, v in zip(splits, sent, strict=True)]
+    return _move(g, lens, vals, splits, sent, np.array(rows, dtype=np.int64), fp, item_bytes, fn, async_op)
+
+
+_INT = frozenset((int,))
+#: The counts message's dtype fingerprint per (lengths dtype, values dtype, value shape).
+_FINGERPRINTS: dict[tuple[Any, ...], int] = {}
+#: Lengths up to this many rows are summed per destination in Python (numpy's per-call cost is
+#: larger there); longer ones with numpy.
+_PYTHON_ROWS = 64
+# Up to _INLINE rows per destination have their lengths ride in the counts message itself, after
+# its _HEADER words: when every sender's rows fit, the lengths need no ``Alltoallv`` of their own
+# (one collective fewer: the call is then the counts ``Alltoall`` and one ``Alltoallv``, as the raw
+# two-step). Every message is _WIDE words a destination, whatever the path.
+_WIDE = _JAGGED_WORDS
+_PAD = [0] * _INLINE
+# How the rows move, in each sender's _TOTAL word; every rank takes the largest word it receives,
+# so all ranks make the same MPI calls (a blocking collective never matches a non-blocking one, so
+# one rank's async_op makes every rank post Ialltoallv, and the blocking ones wait at once).
+_MODE = _TOTAL
+_IN_HEADER, _BLOCKING, _NONBLOCKING = 0, 1, 2
+_MODES = frozenset((_IN_HEADER, _BLOCKING, _NONBLOCKING))
+
+
+def _values_per_rank(lens: np.ndarray, splits: list[int], fn: str) -> list[int]:
+    """The values each destination gets (exact Python ints); refuses negative or wrapping lengths."""
+    if lens.size <= _PYTHON_ROWS:
+        every = lens.tolist()
+        if every and min(every) < 0:
+            raise ArgumentError(f"{fn}: lengths has a negative entry {min(every)}; expected >= 0")
+        out, i = [], 0
+        for s in splits:
+            out.append(sum(every[i : i + s]))
+            i += s
+        if sum(out) >= 2**63:
+            raise ArgumentError(
+                f"{fn}: lengths describe {sum(out)} values in all, past int64; expected a total below "
+                "2**63 (numpy's sum would wrap it)"
+            )
+        return out
+    if lens.min() < 0:
+        raise ArgumentError(f"{fn}: lengths has a negative entry {lens.min()}; expected >= 0")
+    _exact_total(lens, fn, "lengths")
+    cum = _exclusive_cumsum(lens)
+    ends: list[int] = cum[list(accumulate(splits, initial=0))].tolist()
+    return [b - a for a, b in pairwise(ends)]
+
+
+def _move(
+    g: ProcessGroup,
+    lens: np.ndarray,
+    vals: np.ndarray,
+    splits: list[int],
+    sent: list[int],
+    header: np.ndarray,
+    fp: int,
+    item_bytes: tuple[int, int],
+    fn: str,
+    async_op: bool,
+) -> JaggedResult | Work:
+    """The counts ``Alltoall``, then the rows: blocking calls, or ``Ialltoallv`` if any rank is async.
+
+    Blocking: one ``Alltoallv`` of the values, and one of the lengths unless they came inline.
+    Made from C (:mod:`mpicomm.core.cmpi`) where it is bound; the mpi4py calls otherwise.
+    """
+    comm, i64 = g.internal, _mpi.MPI.INT64_T
+    got = np.empty_like(header)
+    if cmpi.alltoall(header, got, i64, comm) is NotImplemented:
+        comm.Alltoall([header, i64], [got, i64])
+    rows = got.tolist()
+    for r in rows:  # the first three words are equal on every rank (flags, dtypes, splits)
+        if r[_FLAGS] != 0 or r[_DTYPES] != fp or r[_SPLITS] != 0:
+            _disagree(got, fn)
+    recv_rows, recv_vals = [r[_ROWS] for r in rows], [r[_VALUES] for r in rows]
+    modes = {r[_MODE] for r in rows}
+    mode = max(modes)
+    total_rows, total_vals = sum(recv_rows), sum(recv_vals)
+    if (
+        min(recv_rows) < 0
+        or min(recv_vals) < 0
+        or total_rows * item_bytes[0] + total_vals * item_bytes[1] > memory_bound()
+    ):
+        _check_claims(got, fn, item_bytes)
+    if not modes <= _MODES:
+        raise CommunicationError(f"{fn}: a rank sent an unknown mode {mode}: a corrupted message")
+    out_v = np.empty((total_vals, *vals.shape[1:]), dtype=vals.dtype)
+    if mode == _IN_HEADER:
+        out_l = _inline_lengths(rows, lens.dtype, fn)
+    else:
+        out_l = np.empty(total_rows, dtype=lens.dtype)
+    row = item_bytes[1] // vals.itemsize if vals.itemsize else row_size(vals)
+    sc, rc = (sent, recv_vals) if row == 1 else ([c * row for c in sent], [c * row for c in recv_vals])
+    if mode == _NONBLOCKING:
+        requests = [
+            _alltoallv(g, lens, splits, out_l, recv_rows),
+            _alltoallv(g, vals, sent, out_v, recv_vals),
+        ]
+        if async_op:
+            return Work(requests, keep=(lens, vals), result=[out_l, out_v, recv_rows])
+        _mpi.MPI.Request.Waitall(requests)
+        return _RESULT(JaggedResult, (out_l, out_v, recv_rows))
+    dv = datatype(vals.dtype)
+    if mode == _BLOCKING:
+        _blocking_alltoallv(comm, lens, splits, out_l, recv_rows, datatype(lens.dtype))
+    _blocking_alltoallv(comm, vals, sc, out_v, rc, dv)
+    return _RESULT(JaggedResult, (out_l, out_v, recv_rows))
+
+
+def _inline_lengths(rows: list[list[int]], dtype: np.dtype[Any], fn: str) -> np.ndarray:
+    """The lengths every source sent inside its counts message, checked against its value count."""
+    flat: list[int] = []
+    for source, r in enumerate(rows):
+        k = r[_ROWS]
+        seg = r[_HEADER : _HEADER + k]
+        if k > _INLINE or (seg and min(seg) < 0) or sum(seg) != r[_VALUES]:
+            raise CommunicationError(
+                f"{fn}: rank {source} sends {k} rows of lengths {seg} for {r[_VALUES]} values; expected at "
+                f"most {_INLINE} non-negative lengths that add up to the values: a corrupted message or a "
+                "rank that does not run mpicomm"
+            )
+        flat += seg
+    try:
+        return np.array(flat, dtype=dtype)
+    except OverflowError:
+        raise CommunicationError(
+            f"{fn}: the lengths received do not fit their dtype {dtype}: a corrupted message"
+        ) from None
+
+
+def _blocking_alltoallv(
+    comm: Any, send: np.ndarray, sc: list[int], recv: np.ndarray, rc: list[int], dt: Any
+) -> None:
+    """One blocking ``Alltoallv`` of elements (C where bound and the counts fit int32, else mpi4py)."""
+    sd, rd = list(accumulate(sc, initial=0)), list(accumulate(rc, initial=0))
+    sd.pop()
+    rd.pop()
+    try:  # the four count and displacement lists as one int32 array: one numpy call, not four
+        c = np.array([*sc, *sd, *rc, *rd], dtype=np.int32).reshape(4, -1)
+    except OverflowError:  # past 2**31 - 1 elements: mpi4py's call takes what MPI can
+        c = None
+    if c is None or cmpi.alltoallv(send, c[0], c[1], recv, c[2], c[3], dt, comm) is NotImplemented:
+        comm.Alltoallv([send, (sc, sd), dt], [recv, (rc, rd), dt])
+
+
+_RESULT = tuple.__new__
 
 
 def jagged_all_to_all_direct(
@@ -182,7 +359,8 @@ def jagged_all_to_all_direct(
     ends = to_host(xp_take(cumulative(lengths, np.int64), bounds))  # size + 1 numbers
     if int(ends[-1]) != values.shape[0]:
         return NotImplemented
-    header = np.zeros((g.size(), _HEADER), dtype=np.int64)
+    header = np.zeros((g.size(), _WIDE), dtype=np.int64)  # the host path's width: a mix fails cleanly
+    header[:, _MODE] = _BLOCKING
     header[:, _FLAGS] = _DIRECT
     header[:, _ROWS] = splits
     header[:, _VALUES] = np.diff(ends)

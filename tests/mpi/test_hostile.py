@@ -305,12 +305,12 @@ def test_a_forged_huge_size_claim_gives_the_same_clear_error_everywhere(world: m
 @pytest.mark.mpi(min_size=2)
 def test_a_forged_jagged_count_is_refused_before_allocating(world: mpicomm.ProcessGroup) -> None:
     from mpicomm import jagged_all_to_all
-    from mpicomm.jagged.wire import _DTYPES, _HEADER, _ROWS, _VALUES, _fingerprint
+    from mpicomm.jagged.wire import _DTYPES, _JAGGED_WORDS, _ROWS, _VALUES, _fingerprint
 
     w = world.size()
     values, lengths = np.ones(w), np.ones(w, np.int64)
     if world.rank() == 0:
-        header = np.zeros((w, _HEADER), I8)
+        header = np.zeros((w, _JAGGED_WORDS), I8)
         header[:, _DTYPES] = _fingerprint(str(lengths.dtype), values.dtype.str, values.shape[1:])
         header[:, _ROWS], header[:, _VALUES] = 1, 2**50
         world.internal.Alltoall([header, MPI.INT64_T], [np.empty_like(header), MPI.INT64_T])
