@@ -29,7 +29,6 @@ from ..core.chunks import Setting as _Chunks
 from ..core.groups import ProcessGroup, _State, resolve, warn_non_member
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError, BackendArgumentError
-from . import chunked
 from .exchange import ALL_TO_ALL, copy_own, exchange, finish
 
 __all__ = ["all_to_all", "all_to_all_single"]
@@ -202,9 +201,8 @@ def all_to_all_single(
             f"input_split_sizes[{me}] (the rows this rank sends to itself)"
         )
     unsplit = _unsplit(output_split_sizes) and _unsplit(input_split_sizes)
-    if unsplit and inp.nbytes > _Chunks.least and (step := chunks.step(inp.nbytes, inp.itemsize, g.size())):
-        # the chunks device ranks send
-        return chunked.all_to_all_single(all_to_all_single, out, inp, g, async_op, step)
+    if unsplit and inp.nbytes > _Chunks.least and chunks.step(inp.nbytes, inp.itemsize, g.size()):
+        chunks.split(g.comm, False)  # device ranks would pipeline it: tell them this rank does not
     if validation._Flag.on:
         validation.check(g, fn, {"dtype": str(inp.dtype), "row": row}, in_rows, out_rows, unit="rows")
     sbuf, sdt, sunit, _ = row_message(inp, readonly=True)

@@ -40,7 +40,7 @@ from ..core.groups import ProcessGroup, _State, resolve, root_rank, timeout_seco
 from ..core.reduce_op import ReduceOp, average, is_half, premultiply
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError
-from . import chunked, small
+from . import small
 from .exchange import REDUCE_SCATTER, exchange, reduce_scatter_c
 from .gathers import _check_own_size
 from .half import reduce_wide
@@ -139,8 +139,8 @@ def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async
     check_output(tensor, "all_reduce", "tensor")
     if type(op) is not ReduceOp:
         _bad_op(op, "all_reduce")
-    if tensor.nbytes > _Chunks.least and (step := chunks.step(tensor.nbytes, tensor.itemsize)):
-        return chunked.all_reduce(all_reduce, tensor, op, g, async_op, step)  # the chunks device ranks send
+    if tensor.nbytes > _Chunks.least and chunks.step(tensor.nbytes, tensor.itemsize):
+        chunks.split(g.comm, False)  # device ranks would pipeline it: tell them this rank does not
     if is_half(tensor.dtype):
         return reduce_wide(
             lambda w: _all_reduce_checked(w, op, g, async_op), op, "all_reduce", tensor, [], async_op
@@ -230,9 +230,9 @@ def reduce(
     check_output(tensor, fn, "tensor")
     if type(op) is not ReduceOp:
         _bad_op(op, fn)
-    if tensor.nbytes > _Chunks.least and (step := chunks.step(tensor.nbytes, tensor.itemsize)):
-        root = root_rank(g, dst, group_dst, fn, "dst")
-        return chunked.reduce(reduce, tensor, root, op, g, async_op, step)  # the chunks device ranks send
+    if tensor.nbytes > _Chunks.least and chunks.step(tensor.nbytes, tensor.itemsize):
+        root_rank(g, dst, group_dst, fn, "dst")  # a bad root raises before the question
+        chunks.split(g.comm, False)  # device ranks would pipeline it: tell them this rank does not
     if is_half(tensor.dtype):
         return reduce_wide(lambda w: reduce(w, dst, op, g, async_op, group_dst), op, fn, tensor, [], async_op)
     _, mop = op.mpi_op(tensor.dtype, fn)
@@ -308,8 +308,8 @@ def broadcast(
         return None
     check_output(tensor, fn, "tensor")
     root = root_rank(g, src, group_src, fn, "src")
-    if tensor.nbytes > _Chunks.least and (step := chunks.step(tensor.nbytes, tensor.itemsize)):
-        return chunked.broadcast(broadcast, tensor, root, g, async_op, step)  # the chunks device ranks send
+    if tensor.nbytes > _Chunks.least and chunks.step(tensor.nbytes, tensor.itemsize):
+        chunks.split(g.comm, False)  # device ranks would pipeline it: tell them this rank does not
     post = None
     if g.rank() == root:
         msg = message(tensor)

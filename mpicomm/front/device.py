@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import chunks
 from ..core.groups import resolve, root_rank
 from ..core.work import Work, completed
 from ..dense import batch, p2p
@@ -90,15 +91,18 @@ def on_device(
     """
     _check_sides(fn, bound.arguments, roles)
     blocking = not bound.arguments.get("async_op", False)
-    for path, impl in (("direct", direct), ("pipelined", pipelined)):
-        if impl is None or (path == "direct" and not (blocking and cuda_awareness().aware)):
-            continue
-        done = impl(*bound.args, **bound.kwargs)
-        if done is not NotImplemented:
-            PATHS[fn, path] += 1
-            return done
-    PATHS[fn, "staged"] += 1
-    return _staged(fn, host, bound, _roles_here(fn, bound.arguments, roles), returns is not None)
+    try:
+        for path, impl in (("direct", direct), ("pipelined", pipelined)):
+            if impl is None or (path == "direct" and not (blocking and cuda_awareness().aware)):
+                continue
+            done = impl(*bound.args, **bound.kwargs)
+            if done is not NotImplemented:
+                PATHS[fn, path] += 1
+                return done
+        PATHS[fn, "staged"] += 1
+        return _staged(fn, host, bound, _roles_here(fn, bound.arguments, roles), returns is not None)
+    finally:
+        chunks.forget()  # a pipeline's "one call" that no host call consumed (it failed first)
 
 
 def _arrays(arguments: dict[str, Any], roles: dict[str, str]) -> list[tuple[str, Any]]:

@@ -7,18 +7,17 @@ blocking calls, and only for the calls that move data without arithmetic: ``broa
 Open MPI's CUDA reductions copy through pageable host memory, unpipelined, which the staged pipeline
 beats (docs/gpu.rst).
 
-Each function makes the same MPI calls on the same communicator as the host implementation (a
-large ``broadcast`` in the chunks of :mod:`mpicomm.core.chunks`; a large equal-split
-``all_to_all_single`` is left to the pipeline, whose chunks are strided columns), so ranks may mix
-paths and kinds within one call. It first waits for the caller's current stream (mpi4py hands device
-pointers to MPI without any synchronisation). A non-contiguous output goes through a contiguous
-device temporary that starts as a copy of the output, so elements MPI does not write (a shorter
-message) keep their values. The in-place idiom of ``all_gather_into_tensor`` (the input is this
+Each function makes the same MPI calls on the same communicator as the host implementation (for a call
+longer than one chunk, first the question of :func:`mpicomm.core.chunks.split`, answered "one call"), so
+ranks may mix paths and kinds within one call. It first waits for the caller's current stream (mpi4py
+hands device pointers to MPI without any synchronisation). A non-contiguous output goes through a
+contiguous device temporary that starts as a copy of the output, so elements MPI does not write (a
+shorter message) keep their values. The in-place idiom of ``all_gather_into_tensor`` (the input is this
 rank's slot of the output) is passed as ``MPI_IN_PLACE``, as the host path does. Anything unusual
 (validation mode, a rank outside the group, an argument the host code would refuse, arguments whose
-memory overlaps otherwise) returns ``NotImplemented``, and the staged path, which runs the host code
-on host buffers with the same aliasing, serves the call or raises its error. Everything device-side
-goes through the backend protocol (:mod:`mpicomm.gpu.backend`).
+memory overlaps otherwise) returns ``NotImplemented``, and the staged path, which runs the host code on
+host buffers with the same aliasing, serves the call or raises its error. Everything device-side goes
+through the backend protocol (:mod:`mpicomm.gpu.backend`).
 """
 
 from __future__ import annotations
@@ -90,13 +89,9 @@ def broadcast(
         (buf,) = _ready(tensor)
     else:
         _ready()
-    dt, step = datatype(tensor.dtype), chunks.step(int(tensor.nbytes), tensor.itemsize)
-    if step:  # the chunks a host rank sends (mpicomm.core.chunks), as views of the device buffer
-        flat, n = buf.reshape(-1), step // tensor.itemsize
-        for a in range(0, flat.size, n):
-            g.comm.Bcast([flat[a : a + n], dt], root)
-    else:
-        g.comm.Bcast([buf, dt], root)
+    if chunks.step(int(tensor.nbytes), tensor.itemsize):
+        chunks.split(g.comm, False)  # the question every rank of a large call answers: one call here
+    g.comm.Bcast([buf, datatype(tensor.dtype)], root)
     if g.rank() != root:
         back()
     return None
@@ -156,7 +151,7 @@ def all_to_all_single(
         return NotImplemented  # the staged path runs the host code's checks on the same aliasing
     unsplit = _unsplit(output_split_sizes) and _unsplit(input_split_sizes)
     if unsplit and chunks.step(int(input.nbytes), input.itemsize, g.size()):
-        return NotImplemented  # chunks of strided columns: the pipeline stages them as host ranks send them
+        chunks.split(g.comm, False)  # the question every rank of a large call answers: one call here
     out, back = _writable(output)
     (inp,) = _ready(input)
     dt = datatype(inp.dtype)

@@ -9,12 +9,12 @@ the first download, the caller's stream must have reached the call. Each chunk r
 on its host buffers, so float16 and bfloat16 (reduced in float32), AVG and PREMUL_SUM are the host
 path's, chunk for chunk.
 
-The chunks are the wire's (:mod:`mpicomm.core.chunks`): they depend only on the message's size, its
-dtype, the group and the chunk setting, and a host rank (numpy, torch CPU) sends the very same chunks
-(``mpicomm.dense.chunked``), so ranks may hold any kind and any layout in one call. A strided array
-goes through a contiguous device copy. An asynchronous call is not pipelined: the generic staged path
-runs the host code on whole host buffers, which cuts the same chunks. ``reduce_scatter_tensor`` is not
-chunked on the wire (a host rank's chunk would need a copy), so it is staged whole. The order of the
+Whether the chunks go on the wire is asked of every rank first (:func:`mpicomm.core.chunks.split`):
+only where every rank pipelines (all hold device arrays and call blocking) does the message go in
+chunks; where any rank holds host arrays (numpy, torch CPU), which never chunk (their speed), or takes
+another path, every rank sends it in one call, and this rank stages it whole. So ranks may hold any
+kind and any layout in one call. A strided array goes through a contiguous device copy.
+``reduce_scatter_tensor`` is not pipelined. The order of the
 waits is checked on the CPU with the lazy fake cupy (``tests/mpi/test_gpu_fakecupy.py``), and on a GPU
 by ``tests/gpu``.
 
@@ -42,7 +42,7 @@ __all__ = ["all_reduce", "all_to_all_single", "broadcast", "reduce", "run_chunks
 def _plan(
     x: Any, async_op: bool, group: ProcessGroup | None, fn: str, parts: int = 1
 ) -> tuple[ProcessGroup, ChunkPlan] | None:
-    """The group and the chunk plan if the call is pipelined (shared facts only), else None.
+    """The group and the chunk plan if the call is pipelined (every rank pipelines it), else None.
 
     ``parts``: ``x`` is cut in that many equal parts that move together, one chunk of each per step
     (``all_to_all_single``): the plan covers one part, with chunks of ``1 / parts`` of the chunk size.
@@ -57,6 +57,9 @@ def _plan(
         return None
     step = chunks.step(int(x.nbytes), x.itemsize, parts)
     if not step:  # one chunk: not pipelined
+        return None
+    if not chunks.split(g.comm, True):  # a rank holds host arrays (or takes another path): one call
+        chunks.decided()  # the staged call that follows sends it whole without asking again
         return None
     return g, plan_chunks(int(x.nbytes) // parts, x.itemsize, step)
 

@@ -5,7 +5,9 @@ strided): a host root with device receivers, a device root with host receivers, 
 messages of one, two and many chunks (``MPICOMM_STAGING_CHUNK=4K``). Each result is checked against
 numpy on the same inputs. On the old code a host rank sent a large message in one MPI call where the
 device ranks' pipeline sent chunks: the 16 KiB broadcast from a numpy root into cupy arrays raised
-"Message truncated" on the receivers. CPU emulation (tests/fakecupy): not GPU verification.
+"Message truncated" on the receivers. Now every rank of a call over one chunk answers one question
+(mpicomm.core.chunks.split): chunks only where every rank pipelines. CPU emulation (tests/fakecupy):
+not GPU verification.
 """
 
 from __future__ import annotations
@@ -169,12 +171,27 @@ def test_the_issue_case_a_numpy_root_broadcasts_16k_into_cupy_arrays(cp: Any) ->
     t = x.copy() if r == 0 else cp.zeros(2048)
     mpicomm.broadcast(t, src=0)
     np.testing.assert_array_equal(get(t), x)
-    assert front.PATHS["broadcast", "pipelined"] == (0 if r == 0 else 1)
+    assert front.PATHS["broadcast", "pipelined"] == 0  # a host rank: every rank sends it in one call
+    assert front.PATHS["broadcast", "staged"] == (0 if r == 0 else 1)
+
+
+def test_all_device_ranks_still_pipeline_and_a_later_mixed_call_does_not(cp: Any) -> None:
+    r, n = world()
+    x = inputs(n, 2048)
+    d = cp.asarray(x[r])
+    mpicomm.all_reduce(d)
+    np.testing.assert_array_equal(d.get(), x.sum(axis=0))
+    assert front.PATHS["all_reduce", "pipelined"] == 1
+    m = x[r].copy() if r == n - 1 else cp.asarray(x[r])
+    mpicomm.all_reduce(m)
+    np.testing.assert_array_equal(get(m), x.sum(axis=0))
+    assert front.PATHS["all_reduce", "pipelined"] == 1  # unchanged: the mixed call went whole
+    assert front.PATHS["all_reduce", "staged"] == (0 if r == n - 1 else 1)
 
 
 @pytest.mark.parametrize("size", list(SIZES))
-def test_a_host_rank_and_a_device_rank_make_the_same_count_of_mpi_calls(cp: Any, size: str) -> None:
-    """The chunks are counted the same on both sides: a host rank's all_reduce makes as many calls."""
+def test_host_then_device_calls_on_every_rank_chunk_only_the_device_one(cp: Any, size: str) -> None:
+    """Past one chunk: the all-host call goes whole, the all-device call in chunks (pipelined)."""
     r, n = world()
     k = SIZES[size]
     x = inputs(n, k)
