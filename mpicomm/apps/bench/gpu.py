@@ -5,12 +5,23 @@ where the MPI is CUDA-aware, the raw mpi4py call on cupy buffers (CUDA-aware MPI
 call on pinned host buffers (the host-MPI leg), and mpicomm on numpy arrays. The pinned copy
 bandwidth down and up is measured in the same run, so the staged path's efficiency is reported
 against ``max(copy time, host-MPI time)``, the best a staged call can do. Needs cupy and a GPU.
+
+The staged-cost report (``--ops gpu_cost``) times what mpicomm's own Python adds to a small staged
+call: ``all_reduce`` and ``broadcast`` of a cupy array by mpicomm's staged path against the same
+copies, events and MPI call written by hand (:func:`hand_written`: record the caller's stream, the
+copy stream waits, ``memcpyAsync`` down, synchronise, the MPI call on the pinned buffer, the upload
+stream waits, ``memcpyAsync`` up, synchronise), through the same cupy. It needs no GPU: on the
+numpy-backed fake cupy (``PYTHONPATH=tests/fakecupy``) the copies and events cost little, so the
+difference is mpicomm's bookkeeping. A foreign device object (``__cuda_array_interface__`` only) and,
+where torch sees a GPU, a torch CUDA tensor are timed too. Goal (issue 35): at most 1.3x the
+hand-written sequence at 4 KiB on 1 rank, and a torch CUDA tensor at most 5 us over cupy.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +37,15 @@ from .report import line
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["gpu_lines", "gpu_report"]
+__all__ = ["cost_lines", "cost_report", "gpu_lines", "gpu_report", "hand_written"]
 
 SIZES = (4 << 10, 1 << 20, 16 << 20, 64 << 20)
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "all_to_all_single")
 #: The goals of issue 12: staged efficiency from 16 MiB, direct over staged at 64 MiB, 4 KiB overhead.
 STAGED_EFFICIENCY, DIRECT_SPEEDUP, SMALL_OVERHEAD = 0.7, 3.0, 100e-6
+#: The staged-cost report's sizes (bytes per rank) and goals: mpicomm / hand-written, torch - cupy.
+COST_SIZES = (4 << 10, 64 << 10)
+COST_RATIO, TORCH_EXTRA = 1.3, 5e-6
 
 
 def _copy_bandwidth(cp: Any, nbytes: int) -> dict[str, float]:
@@ -134,5 +148,134 @@ def gpu_lines(res: dict[str, Any]) -> str:
             f"{bw['h2d'] / 1e9:.1f} GB/s up; bound = max(copy time, raw pinned); staged goal bound/cupy >= "
             f"{STAGED_EFFICIENCY} from 16 MiB",
             *(line(row, widths) for row in rows),
+        ]
+    )
+
+
+class _Foreign:
+    """A device array seen only through ``__cuda_array_interface__`` (another library's tensor)."""
+
+    def __init__(self, x: Any) -> None:
+        self._x = x
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return dict(self._x.__cuda_array_interface__)
+
+
+def hand_written(cp: Any, comm: Any, op: str, d: Any, root_here: bool = True) -> Callable[[], object]:
+    """The staged ``op`` of the device array ``d`` written by hand: its copies, events and MPI call only.
+
+    Each call: record the caller's current stream; the download stream waits for it, copies ``d``
+    into a pinned buffer and is synchronised; the MPI call runs on the pinned buffer; the upload
+    stream waits for the recorded event, copies the buffer back and is synchronised. ``broadcast``
+    copies down on the root only and up elsewhere (``root_here``: this rank is the root).
+    """
+    from mpi4py import MPI
+
+    from ...gpu.staging import pinned_allocator
+
+    nbytes = int(d.nbytes)
+    host = pinned_allocator(nbytes).view(d.dtype)
+    d2h, h2d = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    memcpy, hptr, dptr = cp.cuda.runtime.memcpyAsync, host.ctypes.data, d.data.ptr
+    down, up = op != "broadcast" or root_here, op != "broadcast" or not root_here
+
+    def call(keep: Any = d) -> None:  # keep: the device array lives as long as the call
+        at_call = cp.cuda.get_current_stream().record()
+        if down:
+            d2h.wait_event(at_call)
+            memcpy(hptr, dptr, nbytes, 2, d2h.ptr)
+            d2h.synchronize()
+        if op == "broadcast":
+            comm.Bcast(host, 0)
+        else:
+            comm.Allreduce(MPI.IN_PLACE, host, MPI.SUM)
+        if up:
+            h2d.wait_event(at_call)
+            memcpy(dptr, hptr, nbytes, 1, h2d.ptr)
+            h2d.synchronize()
+
+    return call
+
+
+def _cost_calls(cp: Any, comm: Any, op: str, count: int, rank: int) -> dict[str, Callable[[], object]]:
+    d, other, n = cp.ones(count, np.float32), cp.ones(count, np.float32), np.ones(count, np.float32)
+    foreign = _Foreign(other)
+
+    def mine(x: Any) -> Callable[[], object]:
+        if op == "broadcast":
+            return lambda: mpicomm.broadcast(x, src=0)
+        return lambda: mpicomm.all_reduce(x)
+
+    calls = {
+        "mpicomm cupy": mine(d),
+        "hand-written": hand_written(cp, comm, op, cp.ones(count, np.float32), rank == 0),
+        "mpicomm foreign": mine(foreign),
+        "mpicomm numpy": mine(n),
+    }
+    torch = importlib.import_module("torch") if importlib.util.find_spec("torch") else None
+    if torch is not None and torch.cuda.is_available() and not getattr(cp, "IS_FAKE", False):
+        calls["mpicomm torch"] = mine(torch.ones(count, dtype=torch.float32, device="cuda"))
+    return calls
+
+
+def cost_report(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[str, Any]:
+    """Time mpicomm's staged path against the hand-written sequence (see the module docstring)."""
+    from ...front import device as front
+
+    cp = importlib.import_module("cupy")
+    if not getattr(cp, "IS_FAKE", False):
+        bind_device()
+    comm: Any = mpicomm.init().comm
+    before = dict(front.PATHS)
+    rows = []
+    for op in ("all_reduce", "broadcast"):
+        for size in COST_SIZES:
+            times = _medians(ctl, _cost_calls(cp, comm, op, size // 4, e.rank), args)
+            rows.append({"op": op, "size": size, "times": times})
+    staged = sum(v for (fn, path), v in front.PATHS.items() if path == "staged") - sum(
+        v for (fn, path), v in before.items() if path == "staged"
+    )
+    fake = bool(getattr(cp, "IS_FAKE", False))
+    return {"check": staged > 0, "ranks": e.n, "fake": fake, "rows": rows}
+
+
+def cost_lines(res: dict[str, Any]) -> str:
+    """The staged-cost report as text: per call, mpicomm against the hand-written sequence."""
+    head = ("op", "size/rank", "cupy", "hand-written", "cupy/hand", "foreign", "torch", "numpy")
+    rows = [head]
+    verdicts = []
+    for r in res["rows"]:
+        t = r["times"]
+        ratio = t["mpicomm cupy"] / t["hand-written"]
+        torch = fmt_time(t["mpicomm torch"]) if "mpicomm torch" in t else "-"
+        rows.append(
+            (
+                r["op"],
+                fmt_size(r["size"]),
+                fmt_time(t["mpicomm cupy"]),
+                fmt_time(t["hand-written"]),
+                f"{ratio:.2f}",
+                fmt_time(t["mpicomm foreign"]),
+                torch,
+                fmt_time(t["mpicomm numpy"]),
+            )
+        )
+        if r["size"] == COST_SIZES[0]:
+            ok = "reached" if ratio <= COST_RATIO else "NOT reached"
+            verdicts.append(f"{ok:<13} {r['op']} 4 KiB staged <= {COST_RATIO}x hand-written ({ratio:.2f})")
+            if "mpicomm torch" in t:
+                extra = t["mpicomm torch"] - t["mpicomm cupy"]
+                ok = "reached" if extra <= TORCH_EXTRA else "NOT reached"
+                verdicts.append(f"{ok:<13} {r['op']} 4 KiB torch CUDA <= cupy + 5 us ({extra * 1e6:+.1f} us)")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    where = "the fake cupy (CPU emulation, not a GPU measurement)" if res["fake"] else "cupy on a GPU"
+    return "\n".join(
+        [
+            f"gpu_cost: {res['ranks']} ranks, staged path on {where}; hand-written = the same copies, "
+            "events and MPI call without mpicomm",
+            *(line(row, widths) for row in rows),
+            *verdicts,
         ]
     )

@@ -46,7 +46,7 @@ from .dense import (
     _send_recv,
     _validated,
 )
-from .gpu import gpu_lines, gpu_report
+from .gpu import cost_lines, cost_report, gpu_lines, gpu_report
 from .harness import (
     BANDWIDTH,
     DEFAULT_SIZES,
@@ -136,12 +136,15 @@ REPORTS = {
     "objects": "object collectives vs comm.bcast / pkl5 (mpicomm.apps.bench.objects)",
     "planner": "GreedyPerfPartitioner: 10,000 options (100,000 shards) on 4,096 ranks, on rank 0",
     "gpu": "cupy collectives vs raw mpi4py and the pinned-copy bound (needs a GPU; --device cuda)",
+    "gpu_cost": "a small staged call vs its copies, events and MPI call by hand (cupy, or the fake cupy)",
     "torch_cost": "what a torch CPU tensor adds to a 1 MiB call, caches warm and cold (rank 0, needs torch)",
 }
 
 #: The reports run by default: all but the GPU one, which needs cupy and a GPU (and torch_cost without torch).
 CPU_REPORTS = [
-    k for k in REPORTS if k != "gpu" and (k != "torch_cost" or importlib.util.find_spec("torch") is not None)
+    k
+    for k in REPORTS
+    if k not in ("gpu", "gpu_cost") and (k != "torch_cost" or importlib.util.find_spec("torch") is not None)
 ]
 
 
@@ -309,6 +312,8 @@ def report(
         print("\n" + planner_line(extra["planner"]), flush=True)
     if "gpu" in extra:
         print("\n" + gpu_lines(extra["gpu"]), flush=True)
+    if "gpu_cost" in extra:
+        print("\n" + cost_lines(extra["gpu_cost"]), flush=True)
     if "torch_cost" in extra:
         print("\n" + torch_cost_lines(extra["torch_cost"]), flush=True)
     if args.json:
@@ -357,6 +362,7 @@ REPORT_RUNS: dict[str, Callable[[MPI.Intracomm, Env, argparse.Namespace], dict[s
     "objects": objects_report,
     "planner": planner_scale,
     "gpu": gpu_report,
+    "gpu_cost": cost_report,
     "torch_cost": torch_cost,
 }
 
