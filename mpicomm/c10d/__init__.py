@@ -7,6 +7,11 @@
 - ``device_mesh``: ``DeviceMesh`` and ``init_device_mesh`` on mpicomm's own groups.
 - ``pg_methods``: torch's ``ProcessGroup`` methods (``pg.allreduce([t])``, ...), attached to
   :class:`~mpicomm.ProcessGroup` when :mod:`mpicomm` is imported.
+- ``registered``: ``MpicommProcessGroup``, the ``torch.distributed.ProcessGroup`` subclass torch builds
+  for ``backend="mpicomm"``: c10d's methods, old and new names, on an mpicomm group (imports torch).
+- ``registration``: the backend's registration (``import mpicomm.torch``), its creator, and the MPI
+  rendezvous behind ``env://`` and ``mpicomm://`` (rank 0's TCPStore, its port sent over MPI).
+- ``work``: the completed and pending ``Work`` handles that group returns.
 
 May import: the front door (``mpicomm.front``), the data paths (``mpicomm.dense``, ...),
 ``mpicomm.core``, ``mpicomm.errors``, and torch (lazily, in the modules that need it: importing
