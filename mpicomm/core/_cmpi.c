@@ -21,7 +21,7 @@
 static const char *const NAMES[F_COUNT] = {
     "MPI_Allreduce", "MPI_Bcast", "MPI_Allgather", "MPI_Reduce_scatter_block", "MPI_Alltoall",
     "MPI_Alltoallv", "MPI_Send", "MPI_Recv", "MPI_Comm_size", "MPI_Gatherv", "MPI_Comm_rank",
-    "MPI_Isend", "MPI_Irecv", "MPI_Waitall", "MPI_Reduce"};
+    "MPI_Isend", "MPI_Irecv", "MPI_Waitall", "MPI_Reduce", "MPI_Get_count"};
 
 HIDDEN CmpiState cmpi_state = {.int_handles = 1};
 

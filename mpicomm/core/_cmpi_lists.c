@@ -174,6 +174,9 @@ PyObject *cmpi_allgather_list(PyObject *self, PyObject *const *a, Py_ssize_t nar
     Py_ssize_t n = elements(&b.v[0]), len = b.v[0].len;
     const void *s = b.v[0].buf;
     int ierr;
+    /* MPI_Allgather says nothing of how much each rank sent: a slot that a short message (a rank
+     * whose send and receive counts differ) left unwritten holds zeros, never an earlier call's bytes */
+    memset(tmp, 0, (size_t)(len * size));
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C) ((int (*)(const void *, int, C##_T, void *, int, C##_T, C##_T))S.fn[F_ALLGATHER])( \
     s, (int)n, C(dt), tmp, (int)n, C(dt), C(comm))
@@ -264,6 +267,7 @@ PyObject *cmpi_gather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             into = low;
         } else if (len <= limit && (Py_ssize_t)n * size <= INT_MAX && (tmp = take((size_t)(len * size + 1)))) {
             into = tmp;
+            memset(tmp, 0, (size_t)(len * size)); /* nothing of an earlier call where a rank sent short */
             for (int i = 0; i < size; i++) {
                 counts[i] = (int)n;
                 displs[i] = (int)n * i;
@@ -292,6 +296,60 @@ PyObject *cmpi_gather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     PyMem_Free(counts);
     drop(&outs);
     return done(&b, ierr);
+}
+
+/* The error of a failed exchange: mpi4py's MPI.Exception of `ierr`, carrying what mpicomm needs to
+ * say which message went wrong (mpicomm.core.statuses): `mpicomm_statuses`, the raw MPI_Status of
+ * each request (NULL: none), `mpicomm_posted`, one (peer, is_receive, bytes expected) per request in
+ * posting order, and where a receive was short, `mpicomm_short` = (peer, bytes, bytes expected). */
+static PyObject *exchange_error(int ierr, const char *statuses, int count, List *recvs, List *sends, int rank,
+                                PyObject *shortfall) {
+    PyObject *posted = PyList_New(0), *raw = NULL, *type, *value, *tb;
+    for (int k = 0; k < 2 && posted != NULL; k++) {
+        List *l = k == 0 ? recvs : sends;
+        for (int p = 0; p < l->n && posted != NULL; p++) {
+            if (p == rank) continue;
+            PyObject *t = Py_BuildValue("(iin)", p, k == 0, l->v[p].len);
+            if (t == NULL || PyList_Append(posted, t) < 0) Py_CLEAR(posted);
+            Py_XDECREF(t);
+        }
+    }
+    if (statuses != NULL) raw = PyBytes_FromStringAndSize(statuses, (Py_ssize_t)count * S.status_size);
+    mpi_error(ierr);
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL) {
+        if (posted != NULL) PyObject_SetAttrString(value, "mpicomm_posted", posted);
+        if (raw != NULL) PyObject_SetAttrString(value, "mpicomm_statuses", raw);
+        if (shortfall != NULL) PyObject_SetAttrString(value, "mpicomm_short", shortfall);
+        PyErr_Clear(); /* an attribute that could not be set leaves the plain MPI error */
+    }
+    Py_XDECREF(posted);
+    Py_XDECREF(raw);
+    Py_XDECREF(shortfall);
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
+/* The first receive of an exchange whose message was shorter than its buffer, as (peer, bytes,
+ * bytes expected), or NULL: MPI takes a short message as complete, and the bytes it left unwritten
+ * are not the caller's to see. */
+static PyObject *short_receive(const char *statuses, List *recvs, int rank, H dt) {
+    int k = 0;
+    for (int p = 0; p < recvs->n; p++) {
+        if (p == rank) continue;
+        const void *st = statuses + (Py_ssize_t)k++ * S.status_size;
+        int got = 0;
+#define CALL(C) ((int (*)(const void *, C##_T, int *))S.fn[F_GET_COUNT])(st, C(dt), &got)
+        int err = S.int_handles ? CALL(HI) : CALL(HP);
+#undef CALL
+        Py_ssize_t want = elements(&recvs->v[p]);
+        if (err || got != want) {
+            Py_ssize_t item = recvs->v[p].itemsize;
+            return Py_BuildValue("(inn)", p, err || got < 0 ? (Py_ssize_t)-1 : (Py_ssize_t)got * item, want * item);
+        }
+    }
+    return NULL;
 }
 
 /* exchange(recvs, sends, out, tag, datatype, comm): the pairwise exchange of
@@ -370,8 +428,17 @@ PyObject *cmpi_exchange(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     Py_BEGIN_ALLOW_THREADS;
     werr = ((int (*)(int, void *, void *))S.fn[F_WAITALL])(count, requests, statuses);
     Py_END_ALLOW_THREADS;
+    PyObject *shortfall = !ierr && !werr ? short_receive(statuses, &recvs, rank, dt) : NULL;
+    if (werr || shortfall != NULL) {
+        exchange_error(werr, werr ? statuses : NULL, count, &recvs, &sends, rank, shortfall);
+        PyMem_Free(requests);
+        drop(&recvs);
+        drop(&sends);
+        release(&b);
+        return NULL;
+    }
     PyMem_Free(requests);
     drop(&recvs);
     drop(&sends);
-    return done(&b, ierr ? ierr : werr);
+    return done(&b, ierr);
 }

@@ -66,6 +66,11 @@ def check_array(x: object, fn: str, arg: str) -> np.ndarray:
             f"{fn}: {arg} has dtype {x.dtype}; expected a dtype without Python objects "
             "(pickle objects with the object collectives instead)"
         )
+    if x.dtype.itemsize == 0:  # MPI counts elements in bytes over the itemsize (issue 34)
+        raise ArgumentError(
+            f"{fn}: {arg} has dtype {x.dtype.str}, whose elements hold no bytes; expected a dtype of at "
+            "least one byte"
+        )
     return x
 
 

@@ -133,7 +133,9 @@ def failed(
         else ``exc`` itself (sent into the validation exchange first when one is due).
     """
     if _is_mpi_error(exc):
-        err = CommunicationError(f"{fn}: MPI reported an error: {mpi_text(exc)}")
+        # a short receive is no MPI error: mpicomm's own finding (mpicomm.core.statuses)
+        lead = "" if getattr(exc, "mpicomm_short", None) is not None else "MPI reported an error: "
+        err = CommunicationError(f"{fn}: {lead}{mpi_text(exc)}")
         err.__cause__ = exc
         return err
     if not validated or not validation._Flag.on or validation._Flag.exchanges != before:

@@ -11,6 +11,7 @@ from .. import _mpi
 from ..errors import CommunicationError
 from . import watchdog
 from .future import Future
+from .statuses import describe, testall, waitall
 
 __all__ = ["Work", "mpi_text"]
 
@@ -94,9 +95,11 @@ class Work:
                 if self._status is not None:
                     self._requests[0].Wait(self._status)
                 else:
-                    _mpi.MPI.Request.Waitall(self._requests)
+                    waitall(self._requests)  # an exchange's errors name the failing message
             except _mpi.MPI.Exception as exc:
                 self._fail(exc)
+            except CommunicationError as exc:  # a short receive (mpicomm.core.statuses)
+                self._error, self._done = exc, True
             self._complete()
 
     def _wait_until(self, timeout: datetime.timedelta | float) -> None:
@@ -118,9 +121,12 @@ class Work:
                 if self._status is not None:
                     ready = self._requests[0].Test(self._status)
                 else:
-                    ready = _mpi.MPI.Request.Testall(self._requests)
+                    ready = testall(self._requests)
             except _mpi.MPI.Exception as exc:
                 self._fail(exc)
+                ready = True
+            except CommunicationError as exc:
+                self._error, self._done = exc, True
                 ready = True
             if not ready:
                 return False
@@ -187,7 +193,10 @@ class Work:
 
 
 def mpi_text(exc: BaseException) -> str:
-    """The MPI library's own text for an MPI error (``Message truncated, ...``)."""
+    """What went wrong: the failing message of an exchange (:mod:`mpicomm.core.statuses`), else MPI's text."""
+    told = describe(exc)
+    if told is not None:
+        return told
     text = getattr(exc, "Get_error_string", None)
     try:
         return str(text()) if text is not None else str(exc)

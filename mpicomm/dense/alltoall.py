@@ -245,7 +245,9 @@ _PLANS_MAX = 256
 
 def _key(out_splits: Any, in_splits: Any, out: np.ndarray, inp: np.ndarray) -> tuple[Any, ...] | None:
     try:
-        key = (tuple(out_splits), tuple(in_splits), out.shape, inp.shape)
+        outs, ins = tuple(out_splits), tuple(in_splits)
+        # the entries' types too: 2.0 == 2 and hashes alike, but the checks refuse a float split
+        key = (outs, ins, tuple(map(type, outs)), tuple(map(type, ins)), out.shape, inp.shape)
         hash(key)
     except TypeError:  # a None beside a list, or unhashable entries: the general path decides
         return None

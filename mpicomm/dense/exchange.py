@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _mpi
 from ..core import cmpi
 from ..core.buffers import message, recv_message
 from ..core.reduce_op import ReduceOp, is_half
+from ..core.statuses import Posted, waitall
 from ..core.work import Work
 
 if TYPE_CHECKING:
@@ -33,6 +33,12 @@ REDUCE_SCATTER = 1
 ALL_GATHER = 2
 SCATTER = 4
 ALL_TO_ALL = 5
+_NAMES = {
+    REDUCE_SCATTER: "reduce_scatter",
+    ALL_GATHER: "all_gather",
+    SCATTER: "scatter",
+    ALL_TO_ALL: "all_to_all",
+}
 
 
 def exchange(
@@ -63,7 +69,10 @@ def exchange(
             posts.append(post)
         requests.append(comm.Irecv(msg, p, tag))
     requests += [comm.Isend(message(x), p, tag) for p, x in sends.items()]
-    return requests
+    posted = [(p, True, x.nbytes) for p, x in recvs.items()] + [
+        (p, False, x.nbytes) for p, x in sends.items()
+    ]
+    return Posted(requests, posted, _NAMES.get(tag, ""))
 
 
 def copy_own(dst: np.ndarray, src: np.ndarray) -> None:
@@ -83,7 +92,7 @@ def finish(
     after = None if not posts else _run_all(posts)
     if async_op:
         return Work(requests, keep=keep, result=result, finish=after, fn=fn)
-    _mpi.MPI.Request.Waitall(requests)
+    waitall(requests)
     if after is not None:
         after()
     return None

@@ -193,7 +193,7 @@ def gather_fast(w: ProcessGroup, x: Any, outs: Any, dst: Any) -> bool:
 def _packed(arrays: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
     """One contiguous temporary with room for every entry, and the entries' displacements in it."""
     counts = [a.size for a in arrays]
-    return np.empty(sum(counts), arrays[0].dtype), list(itertools.accumulate(counts, initial=0))[:-1]
+    return np.zeros(sum(counts), arrays[0].dtype), list(itertools.accumulate(counts, initial=0))[:-1]
 
 
 def _unpack(outs: list[np.ndarray], tmp: np.ndarray, displs: list[int]) -> Callable[[], None]:

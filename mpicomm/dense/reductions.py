@@ -38,6 +38,7 @@ from ..core.calls import collective
 from ..core.chunks import Setting as _Chunks
 from ..core.groups import ProcessGroup, _State, resolve, root_rank, timeout_seconds, warn_non_member
 from ..core.reduce_op import ReduceOp, average, is_half, premultiply
+from ..core.statuses import waitall
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError
 from . import small
@@ -485,7 +486,7 @@ def _reduce_scatter_pairwise(
     if async_op:
         work = Work(requests, keep=(sends, received, ins), result=[out], finish=combine, fn="reduce_scatter")
         return work
-    _mpi.MPI.Request.Waitall(requests)
+    waitall(requests)  # a short piece would leave bytes of `received` that MPI never wrote: refused
     combine()
     return None
 

@@ -77,7 +77,7 @@ def gather_small(comm: Any, outs: list[np.ndarray], x: np.ndarray, dt: Any, asyn
         None, or a :class:`~mpicomm.Work` if ``async_op`` (it copies out when it completes).
     """
     n = x.size
-    tmp = np.empty(len(outs) * n, x.dtype)
+    tmp = np.zeros(len(outs) * n, x.dtype)  # a short message leaves zeros, never earlier bytes
     send = x if x.flags.c_contiguous else np.ascontiguousarray(x)
     comm.Allgather([send, dt], [tmp, dt])
     _copy_out(outs, tmp, [n] * len(outs))

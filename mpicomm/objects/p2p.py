@@ -176,7 +176,7 @@ def recv_object_list(
         raise ObjectCollectiveError(f"{fn}: rank {sender} sent a {count}-byte header; expected {hlen} bytes")
     header = first[:hlen].view(I8)
     check_header(fn, header, sender)
-    stream = first[hlen:] if count > hlen else receive_buffer(slen)
+    stream = first[hlen:] if count > hlen else receive_buffer(slen, fn, sender)
     if count <= hlen:
         recv_bytes(comm, stream, sender, P2P_TAG)
     bufs: list[Any] = []

@@ -60,17 +60,30 @@ PREFAULT_MIN = 1 << 20
 PAGE = 4096
 
 
-def receive_buffer(size: int) -> np.ndarray:
+def receive_buffer(size: int, fn: str = "an object collective", sender: int | None = None) -> np.ndarray:
     """A new uint8 buffer of ``size`` bytes to receive into, its pages already mapped.
 
     Fresh memory is mapped on first touch. Left to MPI, that happens inside the library's pipelined
     copy, one page fault at a time while the sender waits: a first 2.2 GiB broadcast at 2 ranks ran at
     0.3 GB/s, a second one (into memory mapped before) at 2.2 GB/s. One write per page first costs
     far less than the stalls.
+
+    Raises:
+        ObjectCollectiveError: the memory cannot be had (``size`` is a peer's claim, within the
+            payload cap but past what this process may allocate); names ``sender`` (a group rank;
+            None: the ranks together) and the size.
     """
-    out = np.empty(size, U8)
-    if size >= PREFAULT_MIN:
-        out[::PAGE] = 0
+    try:
+        out = np.empty(size, U8)
+        if size >= PREFAULT_MIN:
+            out[::PAGE] = 0
+    except MemoryError:
+        who = "the ranks together" if sender is None else f"group rank {sender}"
+        raise ObjectCollectiveError(
+            f"{fn}: {who} sent a claim of {size} bytes, which this rank could not allocate (MemoryError); "
+            f"expected a payload that fits in memory (the cap {PAYLOAD_ENV} allows {memory_bound()} bytes: "
+            "lower it on every rank to refuse such claims before allocating)"
+        ) from None
     return out
 
 
@@ -135,7 +148,7 @@ def recv_envelope(comm: Any, root: int, fn: str = "broadcast_object_list") -> tu
     check_header(fn, header, root)
     if slen <= inline:
         return header, env[hlen : hlen + slen]
-    stream = receive_buffer(slen)
+    stream = receive_buffer(slen, fn, root)
     stream[:inline] = env[hlen : hlen + inline]
     bcast_bytes(comm, stream[inline:], root)
     return header, stream
@@ -180,7 +193,7 @@ def check_header(fn: str, header: np.ndarray, sender: int) -> None:
 def allgatherv(g: ProcessGroup, send: np.ndarray, counts: Sequence[int]) -> np.ndarray:
     """Every rank's ``send`` (``counts[r]`` bytes from rank r), concatenated in rank order."""
     displs = displacements(counts)
-    out = receive_buffer(sum(counts))
+    out = receive_buffer(sum(counts), "all_gather_object")
     if out.size <= INT_MAX:
         byte = _mpi.MPI.BYTE
         g.comm.Allgatherv([send, byte], [out, (list(counts), displs), byte])
