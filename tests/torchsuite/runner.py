@@ -2,9 +2,11 @@
 
 Runs the tests named in the file ``LIST`` (one per line) of torch's
 ``DistributedTest._DistTestBase`` in this process, with ``dist`` in torch's test module routed to
-``IMPL``: ``mpicomm`` (every ``dist.*`` name is mpicomm's; a name mpicomm lacks fails the test) or
-``torch`` (torch.distributed itself, on Gloo, the reference). ``LABEL`` is the backend name the
-tests see (``BACKEND``: ``gloo`` or ``mpi``); both implementations start one process group with it.
+``IMPL``: ``mpicomm`` (every ``dist.*`` name is mpicomm's; a name mpicomm lacks fails the test),
+``torch`` (torch.distributed itself, on Gloo, the reference) or ``backend`` (torch.distributed itself
+on mpicomm's registered backend, ``import mpicomm.torch``). ``LABEL`` is the backend name the tests
+see (``BACKEND``: ``gloo``, ``mpi`` or, for ``backend``, ``mpicomm``); each implementation starts one
+process group with it.
 
 Each rank appends ``START name`` and ``END name status detail`` lines to ``OUT/rank<r>.log``. A
 watchdog per test: a test (with the harness's barrier after it) that runs past ``TORCHSUITE_TIMEOUT``
@@ -40,6 +42,12 @@ def _routed(impl: str) -> Any:
     """The ``dist`` the tests call: mpicomm (names it lacks raise AttributeError) or torch.distributed."""
     if impl == "torch":
         import torch.distributed
+
+        return torch.distributed
+    if impl == "backend":  # torch.distributed itself, on the registered backend (label "mpicomm")
+        import torch.distributed
+
+        import mpicomm.torch  # noqa: F401 - registers "mpicomm"
 
         return torch.distributed
     import mpicomm
