@@ -213,9 +213,14 @@ class MpicommProcessGroup(dist.ProcessGroup):
     def allgather_coalesced(  # type: ignore[override]
         self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor], opts: Any = None
     ) -> Done:
-        """Several ``all_gather`` calls, one per input tensor."""
-        for outs, t in zip(output_lists, input_list, strict=True):
-            collectives.all_gather(list(outs), t, self._g, False)
+        """``dist.all_gather_coalesced``: ``output_lists[r][i]`` receives rank r's ``input_list[i]``."""
+        if len(output_lists) != self._g.size():
+            raise ArgumentError(
+                f"ProcessGroup.allgather_coalesced: output_lists has {len(output_lists)} entries; expected "
+                f"{self._g.size()} (one list per group rank)"
+            )
+        for i, t in enumerate(input_list):
+            collectives.all_gather([outs[i] for outs in output_lists], t, self._g, False)
         return Done(output_lists)
 
     def all_gather_single(  # type: ignore[override]

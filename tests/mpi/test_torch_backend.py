@@ -168,11 +168,14 @@ def test_old_and_new_method_names_and_coalesced_forms(gloo: Any) -> None:
     np.testing.assert_array_equal(_np(outs[0]), g.max(0)[r : r + 1])
     np.testing.assert_array_equal(_np(outs[1]), (-g).max(0)[r : r + 1])
     a, b = torch.tensor(g[r]), torch.ones(3)
-    dist.all_reduce_coalesced([a, b]) if hasattr(dist, "all_reduce_coalesced") else pg.allreduce_coalesced(
-        [a, b]
-    )
+    pg.allreduce_coalesced([a, b], C.AllreduceCoalescedOptions()).wait()
     np.testing.assert_array_equal(_np(a), g.sum(0))
     np.testing.assert_array_equal(_np(b), np.full(3, w, np.float32))
+    # all_gather_coalesced: outs[rank][i] receives that rank's i-th tensor
+    outs2 = [[torch.empty(2), torch.empty(1)] for _ in range(w)]
+    dist.all_gather_coalesced(outs2, [torch.full((2,), float(r)), torch.full((1,), -float(r))])
+    assert [float(o[0][1]) for o in outs2] == [float(i) for i in range(w)]
+    assert [float(o[1][0]) for o in outs2] == [-float(i) for i in range(w)]
 
 
 def test_point_to_point_any_source_and_batch(gloo: Any) -> None:

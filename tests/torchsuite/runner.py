@@ -47,7 +47,7 @@ def _routed(impl: str) -> Any:
     if impl == "backend":  # torch.distributed itself, on the registered backend (label "mpicomm")
         import torch.distributed
 
-        import mpicomm.torch  # noqa: F401 - registers "mpicomm"
+        import mpicomm.torch  # registers "mpicomm"
 
         return torch.distributed
     import mpicomm

@@ -4,7 +4,9 @@ Gloo as the reference in the same harness, at 2 and 3 ranks (``make test-torch``
 * backend label ``gloo``: every in-scope test that passes on torch's Gloo passes on mpicomm, unless
   ``scope.KNOWN_DIFFERENCES`` lists it with its reason;
 * backend label ``mpi`` (the tests torch runs for its own MPI backend; torch's wheel has no MPI
-  backend to compare with): every in-scope test that runs passes, with the same exceptions.
+  backend to compare with): every in-scope test that runs passes, with the same exceptions;
+* torch.distributed itself on the registered backend (``import mpicomm.torch``, ``BACKEND=mpicomm``):
+  no in-scope test fails.
 
 Each run writes its table to ``build/torchsuite/<impl>-<label>-<ranks>.txt``.
 """
@@ -74,6 +76,25 @@ def test_the_mpi_label_tests_pass_on_mpicomm(ranks: int) -> None:
     summary = _report(f"mpicomm-mpi-{ranks}", ours)
     bad = _unexpected(ours, "mpi", ranks, names)
     assert not bad, f"{len(bad)} tests fail on mpicomm under the mpi label ({summary}):\n" + "\n".join(
+        f"  {n}: {why}" for n, why in bad.items()
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_the_suite_passes_on_the_registered_backend(ranks: int) -> None:
+    """torch.distributed itself with ``BACKEND=mpicomm`` (``import mpicomm.torch``): no test fails.
+
+    torch gates many tests on the backend's name (gloo-only or MPI-only features, NCCL batches); an
+    unknown name such as ``mpicomm`` skips those, and the table in build/torchsuite lists the reasons.
+    """
+    names = [n for n in _in_scope() if n not in scope.KNOWN_HANGS]
+    ours = suite.run("backend", "mpicomm", ranks, names)
+    summary = _report(f"backend-mpicomm-{ranks}", ours)
+    passing = [n for n, (status, _) in ours.items() if status == "pass"]
+    assert len(passing) >= 45, f"only {len(passing)} tests pass: the harness is broken ({summary})"
+    bad = {n: f"{status}: {detail}" for n, (status, detail) in ours.items() if status not in ("pass", "skip")}
+    assert not bad, f"{len(bad)} tests fail on the registered backend ({summary}):\n" + "\n".join(
         f"  {n}: {why}" for n, why in bad.items()
     )
 
