@@ -42,7 +42,7 @@ from ..gpu.cuda_aware import cuda_awareness
 from ..gpu.staged import StagedWork, Staging
 from . import kinds
 
-__all__ = ["BOTH", "PATHS", "READ", "WRITE", "on_device"]
+__all__ = ["BOTH", "PATHS", "READ", "WRITE", "Bound", "on_device"]
 
 #: Calls per (function, path) in this process, e.g. ``PATHS["all_reduce", "staged"]``.
 PATHS: Counter[tuple[str, str]] = Counter()
@@ -61,10 +61,40 @@ _ROOTED: dict[str, tuple[str, str, dict[str, tuple[str | None, str | None]]]] = 
 }
 
 
+class Bound:
+    """A call's arguments as the device paths read them: ``inspect.BoundArguments``' three fields.
+
+    Made from the front door's list of every parameter's value, without ``inspect`` (``bind`` and
+    its ``args``/``kwargs`` cost about 2 us a call, a tenth of a small staged call's own work).
+
+    Args:
+        names: Every parameter's name, in order.
+        values: Their values.
+        positional: How many leading parameters are passed by position (the rest are keyword-only).
+    """
+
+    __slots__ = ("_names", "_positional", "arguments")
+
+    def __init__(self, names: list[str], values: list[Any], positional: int) -> None:
+        self.arguments: dict[str, Any] = dict(zip(names, values, strict=True))
+        self._names, self._positional = names, positional
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The positional arguments."""
+        arguments = self.arguments
+        return tuple([arguments[n] for n in self._names[: self._positional]])
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword-only arguments."""
+        return {n: self.arguments[n] for n in self._names[self._positional :]}
+
+
 def on_device(
     fn: str,
     host: Callable[..., Any],
-    bound: inspect.BoundArguments,
+    bound: Bound | inspect.BoundArguments,
     roles: dict[str, str],
     direct: Callable[..., Any] | None,
     pipelined: Callable[..., Any] | None,
@@ -89,8 +119,10 @@ def on_device(
         ArgumentError: a device array on another device than the current one.
         mpi4py.MPI.Exception: MPI reported an error (the front door makes it a CommunicationError).
     """
-    _check_sides(fn, bound.arguments, roles)
+    largest = _check_sides(fn, bound.arguments, roles)
     blocking = not bound.arguments.get("async_op", False)
+    if largest <= chunks.Setting.least:
+        pipelined = None  # one chunk: the pipeline would decline (core.chunks)
     try:
         for path, impl in (("direct", direct), ("pipelined", pipelined)):
             if impl is None or (path == "direct" and not (blocking and cuda_awareness().aware)):
@@ -114,20 +146,29 @@ def _arrays(arguments: dict[str, Any], roles: dict[str, str]) -> list[tuple[str,
     return [(a, x) for a, x in found if x is not None]
 
 
-def _check_sides(fn: str, arguments: dict[str, Any], roles: dict[str, str]) -> None:
-    """All arrays of a call on one side (host or device), device ones on the current device."""
+def _check_sides(fn: str, arguments: dict[str, Any], roles: dict[str, str]) -> int:
+    """All arrays of a call on one side (host or device), device ones on the current device.
+
+    Returns:
+        The largest array's bytes.
+    """
     arrays = _arrays(arguments, roles)
-    host = next((a for a, x in arrays if isinstance(x, np.ndarray)), None)
-    dev = next((a for a, x in arrays if kinds.kind_of(x) == kinds.CUPY), None)
+    host = dev = None
+    largest = 0
+    be = backend()
+    for arg, x in arrays:
+        if isinstance(x, np.ndarray):
+            host = host or arg
+        elif kinds.kind_of(x) == kinds.CUPY:
+            dev = dev or arg
+            be.check_device(x, fn, arg)
+        largest = max(largest, int(getattr(x, "nbytes", 0)))
     if host is not None and dev is not None:
         raise ArgumentTypeError(
             f"{fn}: {dev} is a device array and {host} a host array; expected the arrays of one call all on "
             "the GPU or all on the host (move one with cupy.asarray / .get(), or tensor.cuda() / .cpu())"
         )
-    be = backend()
-    for arg, x in arrays:
-        if kinds.kind_of(x) == kinds.CUPY:
-            be.check_device(x, fn, arg)
+    return largest
 
 
 def _roles_here(fn: str, arguments: dict[str, Any], roles: dict[str, str]) -> dict[str, str | None]:
@@ -160,7 +201,9 @@ def _on_device(res: Any) -> Any:
     return [be.asarray(v) if isinstance(v, np.ndarray) else v for v in res]
 
 
-def _stage_all(stage: Staging, bound: inspect.BoundArguments, roles: dict[str, str | None]) -> list[Any]:
+def _stage_all(
+    stage: Staging, bound: Bound | inspect.BoundArguments, roles: dict[str, str | None]
+) -> list[Any]:
     """Replace every device argument by its host buffer (nested in a container's where it lies inside one).
 
     Returns:
@@ -178,6 +221,10 @@ def _stage_all(stage: Staging, bound: inspect.BoundArguments, roles: dict[str, s
             entries.extend((arg, i, x, read, write) for i, x in enumerate(value))
         else:
             entries.append((arg, None, value, read, write))
+    if len(entries) == 1 and entries[0][1] is None:  # one array (all_reduce, broadcast): nothing to alias
+        arg, _, x, read, write = entries[0]
+        bound.arguments[arg] = stage.host(x, read, write)
+        return [x] if write else []
     spans = [be.span(x) for _, _, x, _, _ in entries]
     order = sorted(range(len(entries)), key=lambda k: spans[k][0] - spans[k][1])  # the largest first
     placed: list[tuple[int, np.ndarray]] = []
@@ -220,7 +267,7 @@ def _container(
 def _staged(
     fn: str,
     host: Callable[..., Any],
-    bound: inspect.BoundArguments,
+    bound: Bound | inspect.BoundArguments,
     roles: dict[str, str | None],
     allocates: bool,
 ) -> Any:

@@ -32,7 +32,7 @@ from ..core import validation, watchdog
 from ..core.calls import check_flag, failed
 from ..core.work import Work
 from . import kinds
-from .device import BOTH, READ, WRITE, on_device
+from .device import BOTH, READ, WRITE, Bound, on_device
 
 __all__ = ["BOTH", "READ", "WRITE", "front_door"]
 
@@ -106,6 +106,7 @@ class _Plan:
         if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params):
             raise TypeError(f"front_door: {fn} takes *args or positional-only parameters")
         self.names = [p.name for p in params]
+        self.positional = sum(p.kind is p.POSITIONAL_OR_KEYWORD for p in params)  # keyword-only ones follow
         self.slots = [(self.names.index(arg), arg, role) for arg, role in roles.items()]
         self.flag = self.names.index("async_op") if "async_op" in self.names else -1
         self.model = self.names.index(returns) if returns is not None else -1
@@ -249,7 +250,7 @@ class _Plan:
                 values[pos] = view = self._view(value, arg, role != READ, seen)
                 device = device or kinds.kind_of(view) == kinds.CUPY
         if device:
-            bound = self.signature.bind(*values)
+            bound = Bound(self.names, values, self.positional)
             out = on_device(self.fn, self.host, bound, self.roles, self.direct, self.pipelined, self.returns)
         else:
             out = self.host(*values)

@@ -75,6 +75,9 @@ class CupyBackend:
         self.cp: Any = importlib.import_module("cupy")
         self._streams: dict[int, tuple[Any, Any]] = {}
         self._lock = threading.Lock()
+        # the runtime's own calls: a cupy.cuda.Device() costs a Python object and a device-count check
+        self._device = self.cp.cuda.runtime.getDevice
+        self._memcpy = self.cp.cuda.runtime.memcpyAsync
 
     def current_stream(self) -> Any:
         """See :class:`Backend`."""
@@ -82,12 +85,14 @@ class CupyBackend:
 
     def copy_streams(self) -> tuple[Any, Any]:
         """See :class:`Backend`."""
-        dev = self.cp.cuda.Device().id
-        with self._lock:
-            made = self._streams.get(dev)
-            if made is None:
-                stream = self.cp.cuda.Stream
-                made = self._streams[dev] = (stream(non_blocking=True), stream(non_blocking=True))
+        dev = self._device()
+        made = self._streams.get(dev)  # a dict read is atomic: the lock only guards making them
+        if made is None:
+            with self._lock:
+                made = self._streams.get(dev)
+                if made is None:
+                    stream = self.cp.cuda.Stream
+                    made = self._streams[dev] = (stream(non_blocking=True), stream(non_blocking=True))
         return made
 
     def contiguous(self, x: Any) -> Any:
@@ -97,23 +102,23 @@ class CupyBackend:
     def to_host(self, host: np.ndarray, dev: Any, stream: Any) -> None:
         """See :class:`Backend`."""
         if host.nbytes:
-            self.cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, host.nbytes, _D2H, stream.ptr)
+            self._memcpy(_address(host), dev.data.ptr, host.nbytes, _D2H, stream.ptr)
 
     def to_device(self, dev: Any, host: np.ndarray, stream: Any) -> None:
         """See :class:`Backend`."""
         if not host.nbytes:
             return
         if dev.flags.c_contiguous:
-            self.cp.cuda.runtime.memcpyAsync(dev.data.ptr, host.ctypes.data, host.nbytes, _H2D, stream.ptr)
+            self._memcpy(dev.data.ptr, _address(host), host.nbytes, _H2D, stream.ptr)
             return
         with stream:  # a strided destination: one contiguous copy, then a device-side assignment
             tmp = self.cp.empty(host.shape, host.dtype)
-            self.cp.cuda.runtime.memcpyAsync(tmp.data.ptr, host.ctypes.data, host.nbytes, _H2D, stream.ptr)
+            self._memcpy(tmp.data.ptr, _address(host), host.nbytes, _H2D, stream.ptr)
             dev[...] = tmp
 
     def check_device(self, x: Any, fn: str, arg: str) -> None:
         """See :class:`Backend`."""
-        current = self.cp.cuda.Device().id
+        current = self._device()
         if x.device.id != current:
             raise ArgumentError(
                 f"{fn}: {arg} is on CUDA device {x.device.id}; expected the current device {current} "
@@ -167,6 +172,12 @@ class CupyBackend:
     def span(self, x: Any) -> tuple[int, int]:
         """See :class:`Backend`."""
         return span_of(int(x.data.ptr), x.shape, x.strides, x.itemsize)
+
+
+def _address(host: np.ndarray) -> int:
+    """The address of a host array's first byte (``ctypes.data`` builds a ctypes object: slower)."""
+    address: int = host.__array_interface__["data"][0]
+    return address
 
 
 def _device_of_tensor(x: Any) -> Any:

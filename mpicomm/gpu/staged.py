@@ -56,7 +56,8 @@ class Staging:
     """
 
     def __init__(self) -> None:
-        reap()
+        if _Orphans.works:
+            reap()
         self.be = backend()
         self.pool = pool()
         self.d2h, self.h2d = self.be.copy_streams()
@@ -108,10 +109,18 @@ class Staging:
         return self.h2d.record()
 
     def upload(self) -> None:
-        """Copy the outputs up, wait, and give the buffers back."""
+        """Copy the outputs up, wait, and give the buffers back (no event: the stream is waited for)."""
+        outputs, self._outputs = self._outputs, []
         try:
-            if self.start_upload() is not None:
-                self.h2d.synchronize()
+            if outputs:
+                h2d, to_device = self.h2d, self.be.to_device
+                h2d.wait_event(
+                    self._at_call if self._at_call is not None else self.be.current_stream().record()
+                )
+                self._queued = True
+                for dev, src in outputs:
+                    to_device(dev, src, h2d)
+                h2d.synchronize()
                 self._queued = False
         finally:
             self.release()

@@ -178,10 +178,11 @@ def hand_written(cp: Any, comm: Any, op: str, d: Any, root_here: bool = True) ->
     nbytes = int(d.nbytes)
     host = pinned_allocator(nbytes).view(d.dtype)
     d2h, h2d = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
-    memcpy, hptr, dptr = cp.cuda.runtime.memcpyAsync, host.ctypes.data, d.data.ptr
+    memcpy, hptr = cp.cuda.runtime.memcpyAsync, host.__array_interface__["data"][0]
     down, up = op != "broadcast" or root_here, op != "broadcast" or not root_here
 
-    def call(keep: Any = d) -> None:  # keep: the device array lives as long as the call
+    def call() -> None:
+        dptr = d.data.ptr  # per call, as any code that is handed an array must read it
         at_call = cp.cuda.get_current_stream().record()
         if down:
             d2h.wait_event(at_call)
