@@ -20,6 +20,8 @@ from ..core.work import Work
 
 __all__ = ["Done", "Pending"]
 
+_ZERO = datetime.timedelta(0)
+
 
 class Done(_TorchWork):
     """A completed collective: ``wait`` returns at once, the future holds ``outputs``.
@@ -92,7 +94,12 @@ class Pending(_TorchWork):
         self._ranks = ranks
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
-        """Wait for the transfer (the timeout, when given, bounds the wait) and return True."""
+        """Wait for the transfer (a positive timeout bounds the wait) and return True.
+
+        torch's C++ side passes ``timedelta(0)`` for "no timeout" (c10d's ``kNoTimeout``).
+        """
+        if timeout is not None and timeout <= _ZERO:
+            timeout = None
         return self._work.wait(timeout)
 
     def is_completed(self) -> bool:

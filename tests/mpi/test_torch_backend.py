@@ -190,6 +190,13 @@ def test_point_to_point_any_source_and_batch(gloo: Any) -> None:
     for q in reqs:
         q.wait()
     np.testing.assert_array_equal(_np(got), np.full(3, prv, np.float32))
+    # torch's C++ side waits with timedelta(0) for "no timeout" (kNoTimeout): not "time out at once"
+    got = torch.zeros(1000)
+    recv = dist.irecv(got, prv, tag=5)
+    dist.barrier()  # the receive is posted well before its message is sent
+    send = dist.isend(torch.full((1000,), float(r)), nxt, tag=5)
+    assert recv.wait(datetime.timedelta(0)) and send.wait(datetime.timedelta(0))
+    assert float(got[999]) == float(prv)
     if r == 1:
         dist.send(torch.full((2,), 9.0), 0, tag=3)
     elif r == 0:
