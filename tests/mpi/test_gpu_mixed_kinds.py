@@ -46,14 +46,15 @@ def fake() -> Iterator[Any]:
 @pytest.fixture
 def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     testing.use_staged(monkeypatch)
-    monkeypatch.setenv("MPICOMM_STAGING_CHUNK", "4K")
-    chunks.reload()
     yield fake
-    monkeypatch.undo()
-    chunks.reload()
     fake._fake.drain()
     staged.reap()
     assert staged.pool().stats().bytes_in_use == 0, "a staged call kept buffers"
+
+
+@pytest.fixture
+def chunk4k(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    yield from testing.chunk_size(monkeypatch, "4K")
 
 
 def make(cp: Any, kind: str, x: np.ndarray) -> Any:
@@ -158,13 +159,13 @@ DENSE = [
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 @pytest.mark.parametrize("call", DENSE)
 def test_every_dense_call_with_each_rank_holding_its_own_kind_and_layout(
-    cp: Any, call: str, scheme: str, size: str
+    cp: Any, chunk4k: None, call: str, scheme: str, size: str
 ) -> None:
     r, _ = world()
     run_dense(call, cp, SCHEMES[scheme](r), SIZES[size])
 
 
-def test_the_issue_case_a_numpy_root_broadcasts_16k_into_cupy_arrays(cp: Any) -> None:
+def test_the_issue_case_a_numpy_root_broadcasts_16k_into_cupy_arrays(cp: Any, chunk4k: None) -> None:
     """The reported failure: host root, device receivers, 4 chunks; it raised "Message truncated"."""
     r, _ = world()
     x = np.arange(2048, dtype=np.float64)  # 16 KiB
@@ -175,7 +176,7 @@ def test_the_issue_case_a_numpy_root_broadcasts_16k_into_cupy_arrays(cp: Any) ->
     assert front.PATHS["broadcast", "staged"] == (0 if r == 0 else 1)
 
 
-def test_all_device_ranks_still_pipeline_and_a_later_mixed_call_does_not(cp: Any) -> None:
+def test_all_device_ranks_still_pipeline_and_a_later_mixed_call_does_not(cp: Any, chunk4k: None) -> None:
     r, n = world()
     x = inputs(n, 2048)
     d = cp.asarray(x[r])
@@ -190,7 +191,9 @@ def test_all_device_ranks_still_pipeline_and_a_later_mixed_call_does_not(cp: Any
 
 
 @pytest.mark.parametrize("size", list(SIZES))
-def test_host_then_device_calls_on_every_rank_chunk_only_the_device_one(cp: Any, size: str) -> None:
+def test_host_then_device_calls_on_every_rank_chunk_only_the_device_one(
+    cp: Any, chunk4k: None, size: str
+) -> None:
     """Past one chunk: the all-host call goes whole, the all-device call in chunks (pipelined)."""
     r, n = world()
     k = SIZES[size]
@@ -206,7 +209,7 @@ def test_host_then_device_calls_on_every_rank_chunk_only_the_device_one(cp: Any,
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
-def test_objects_with_arrays_of_each_ranks_kind(cp: Any, scheme: str) -> None:
+def test_objects_with_arrays_of_each_ranks_kind(cp: Any, chunk4k: None, scheme: str) -> None:
     r, n = world()
     k = SIZES["many-chunks"]
     x = inputs(n, k)
@@ -222,7 +225,7 @@ def test_objects_with_arrays_of_each_ranks_kind(cp: Any, scheme: str) -> None:
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
-def test_jagged_all_to_all_with_each_ranks_kind(cp: Any, scheme: str) -> None:
+def test_jagged_all_to_all_with_each_ranks_kind(cp: Any, chunk4k: None, scheme: str) -> None:
     r, n = world()
     kind = SCHEMES[scheme](r).split("-")[0]  # jagged takes contiguous arrays
     rows = 3 * n
