@@ -92,6 +92,9 @@ class MpicommProcessGroup(dist.ProcessGroup):
         self._g = group
         self._name = name
         self._desc = group.name
+        # the Work of a blocking call (torch's Python wrapper only waits on it, then drops it): one per
+        # group, its outputs replaced by each call, saves making a pybind object per 8-byte call
+        self._blocking = Done([])
 
     # -- identity: C++ keeps no name for a Python group; DeviceMesh and funcol look groups up by name
 
@@ -139,9 +142,19 @@ class MpicommProcessGroup(dist.ProcessGroup):
         """``dist.all_reduce``: one tensor reduced in place (``opts.reduceOp``, PREMUL_SUM's factor, AVG)."""
         if len(tensors) != 1:
             _single(tensors, "allreduce")
-        op = ReduceOp.SUM if opts is None else _reduction(opts)
-        collectives.all_reduce(tensors[0], op, self._g, False)
-        return Done(tensors)
+        if opts is None:
+            collectives.all_reduce(tensors[0], ReduceOp.SUM, self._g, False)
+            return Done(tensors)
+        collectives.all_reduce(tensors[0], _reduction(opts), self._g, False)
+        return self._work(opts, tensors)
+
+    def _work(self, opts: Any, outputs: list[Any]) -> Done:
+        """A fresh Work for an ``asyncOp`` caller (it may keep it); the group's own for a blocking one."""
+        if opts.asyncOp:
+            return Done(outputs)
+        work = self._blocking
+        work._outputs = outputs
+        return work
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Done:  # type: ignore[override]
         """``dist.all_reduce_coalesced``: every tensor reduced in place, one MPI call per dtype."""
@@ -200,7 +213,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
         t = _single(tensors, "broadcast")
         root = 0 if opts is None else opts.rootRank
         collectives.broadcast(t, None, self._g, False, group_src=root)
-        return Done(tensors)
+        return Done(tensors) if opts is None else self._work(opts, tensors)
 
     def allgather(  # type: ignore[override]
         self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None

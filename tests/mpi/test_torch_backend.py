@@ -90,6 +90,11 @@ def test_all_reduce_matches_gloo_bitwise_and_async_future(gloo: Any) -> None:
         assert torch.equal(a, b)
     torch.testing.assert_close(a, b)
     torch.testing.assert_close(fut.wait(), a * 2)
+    # an async caller's Work keeps its own outputs across later calls (blocking calls share one Work)
+    c, d = torch.ones(2), torch.ones(3)
+    held = dist.all_reduce(c, async_op=True)
+    dist.all_reduce(d)
+    assert held.get_future().value()[0] is c
 
 
 def test_broadcast_reduce_gather_scatter_with_roots(gloo: Any) -> None:
