@@ -243,6 +243,15 @@ def test_given_rank_or_size_is_checked_against_mpi(gloo: Any) -> None:
         next(_mpi_rendezvous("mpicomm://?rank=99"))
 
 
+def test_the_mpi_rendezvous_gives_every_rank_one_shared_store(gloo: Any) -> None:
+    r, w = dist.get_rank(), dist.get_world_size()
+    store, rank, size = next(_mpi_rendezvous("mpicomm://"))
+    assert (rank, size) == (r, w)
+    store.set(f"from{r}", str(r * 7))
+    assert [int(store.get(f"from{i}")) for i in range(w)] == [i * 7 for i in range(w)]
+    dist.barrier()  # rank 0 serves the store: nobody leaves while another still reads
+
+
 def test_barrier_timeout_option_and_group_timeout(gloo: Any) -> None:
     opts = dist.BarrierOptions()
     opts.timeout = datetime.timedelta(seconds=30)
