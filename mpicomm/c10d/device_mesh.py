@@ -43,7 +43,7 @@ class DeviceMesh:
     Raises:
         ArgumentTypeError: ``mesh`` holds something other than integers, or a name is not a str.
         ArgumentError: a rank out of range or listed twice, an empty mesh, names that do not fit.
-        CrossRankMismatchError: (validation mode) ranks passed different meshes or names.
+        CrossRankMismatchError: ranks passed different meshes or names (checked with validation off too).
 
     Example:
         >>> import numpy as np, mpicomm
@@ -69,13 +69,15 @@ class DeviceMesh:
         fn = "DeviceMesh"
         world = resolve(None, fn)
         with watchdog.timing(_SITE):
-            with validation.reporting(world, fn):
+            with validation.reporting(world, fn, always=True):
                 _check_device_type(device_type, fn)
                 grid = _check_mesh(mesh, world.size(), fn)
                 names = _check_names(mesh_dim_names, grid.ndim, fn)
                 labels = _labels(backend_override, names, grid.ndim, world.backend, fn)
-            if validation._Flag.on:
-                validation.check(world, fn, {"mesh": grid.tolist(), "mesh_dim_names": names})
+            # always (issue 34): ranks with other grids would get groups of other ranks
+            validation.agree(
+                world, fn, {"mesh": validation.fingerprint(grid.tolist()), "mesh_dim_names": names}
+            )
             self._fill(device_type, grid, names)
             self._groups = [self._split(world, d, labels[d]) for d in range(grid.ndim)]
 
@@ -310,7 +312,7 @@ class DeviceMesh:
         Raises:
             ArgumentTypeError: ``mesh_dim_name`` is not a str.
             ArgumentError: the mesh has no names, or the name is a dimension's or flattens others.
-            CrossRankMismatchError: (validation mode) ranks passed different names.
+            CrossRankMismatchError: ranks passed different names (checked with validation off too).
 
         Example:
             >>> import mpicomm
@@ -325,11 +327,10 @@ class DeviceMesh:
         root = self._root
         dims = tuple(d for each in self._axes for d in each)
         with watchdog.timing(_SITE):
-            with validation.reporting(world, fn):
+            with validation.reporting(world, fn, always=True):
                 name = self._flat_name(mesh_dim_name, dims, fn)
-            if validation._Flag.on:
-                record = {"mesh_dim_name": name, "dims": list(dims), "mesh": root._mesh.tolist()}
-                validation.check(world, fn, record)
+            mesh = validation.fingerprint(root._mesh.tolist())
+            validation.agree(world, fn, {"mesh_dim_name": name, "dims": list(dims), "mesh": mesh})  # issue 34
             if self.ndim == 1 and self._names and name == self._names[0]:
                 return self
             if name in root._flat:
@@ -456,7 +457,7 @@ def init_device_mesh(
     """
     fn = "init_device_mesh"
     world = resolve(None, fn)
-    with validation.reporting(world, fn):
+    with validation.reporting(world, fn, always=True):  # DeviceMesh's agreement meets it
         shape = _check_shape(mesh_shape, world.size(), fn)
     grid = np.arange(world.size(), dtype=np.int64).reshape(shape)
     return DeviceMesh(device_type, grid, mesh_dim_names=mesh_dim_names, backend_override=backend_override)

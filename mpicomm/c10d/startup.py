@@ -350,14 +350,19 @@ def new_subgroups(
         (1, True)
     """
     fn = "new_subgroups"
-    parent = resolve(group, fn)
-    label = check_backend(backend, fn, parent.backend)
-    seconds = timeout_seconds(timeout, fn)
+    with validation.reporting(resolve(None, fn), fn, always=True):  # raised on every rank together
+        parent = resolve(group, fn)
+        label = check_backend(backend, fn, parent.backend)
+        seconds = timeout_seconds(timeout, fn)
+        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)):
+            raise ArgumentTypeError(f"{fn}: group_size is {group_size!r}; expected an int")
+    # before any other collective (issue 34): a rank with group_size None would split by node alone
+    validation.agree(
+        resolve(None, fn), fn, {"group_size": group_size, "group": validation.fingerprint(parent.ranks)}
+    )
     size = len(parent.ranks)
     if group_size is None:
         group_size = _ranks_per_node(fn)
-    if isinstance(group_size, bool) or not isinstance(group_size, int):
-        raise ArgumentTypeError(f"{fn}: group_size is {group_size!r}; expected an int")
     if not 0 < group_size <= size or size % group_size:
         raise ArgumentError(
             f"{fn}: group_size is {group_size}; expected a positive divisor of {size} (the group size)"
@@ -410,16 +415,18 @@ def new_subgroups_by_enumeration(
         True
     """
     fn = "new_subgroups_by_enumeration"
-    label = check_backend(backend, fn, resolve(None, fn).backend)
-    seconds = timeout_seconds(timeout, fn)
-    if not isinstance(ranks_per_subgroup_list, (list, tuple)) or not ranks_per_subgroup_list:
-        raise ArgumentError(
-            f"{fn}: ranks_per_subgroup_list is {ranks_per_subgroup_list!r}; "
-            "expected a non-empty list of lists"
-        )
-    size = resolve(None, fn).size()
-    lists = [_check_ranks(ranks, size, fn) for ranks in ranks_per_subgroup_list]
-    _check_disjoint(lists, fn)
+    world = resolve(None, fn)
+    with validation.reporting(world, fn, always=True):  # raised on every rank together
+        label = check_backend(backend, fn, world.backend)
+        seconds = timeout_seconds(timeout, fn)
+        if not isinstance(ranks_per_subgroup_list, (list, tuple)) or not ranks_per_subgroup_list:
+            raise ArgumentError(
+                f"{fn}: ranks_per_subgroup_list is {ranks_per_subgroup_list!r}; "
+                "expected a non-empty list of lists"
+            )
+        lists = [_check_ranks(ranks, world.size(), fn) for ranks in ranks_per_subgroup_list]
+        _check_disjoint(lists, fn)
+    validation.agree(world, fn, {"ranks_per_subgroup_list": validation.fingerprint(lists)})  # issue 34
     return _make(lists, group_desc or "subgroup", label, seconds)
 
 
@@ -466,7 +473,7 @@ def split_group(
         ArgumentTypeError: ``split_ranks`` is not a list of lists of integers.
         ArgumentError: an empty list, a rank outside the parent group, a rank in two lists, or a
             caller that is not a member of ``parent_pg``.
-        CrossRankMismatchError: (validation mode) ranks passed different ``split_ranks``.
+        CrossRankMismatchError: ranks passed different ``split_ranks`` (checked with validation off too).
 
     Example:
         >>> import mpicomm
@@ -487,14 +494,14 @@ def split_group(
             f"{fn}: parent_pg is {parent.name}, which this rank is not a member of; expected a group "
             "that holds every rank calling split_group"
         )
-    with validation.reporting(parent, fn):  # wrong on some ranks only: raised on every rank together
+    with validation.reporting(parent, fn, always=True):  # wrong on some ranks only: raised on every rank
         label = check_backend(backend, fn, parent.backend)
         seconds = timeout_seconds(timeout, fn)
         if group_desc is not None and not isinstance(group_desc, str):
             raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
         lists = _split_lists(split_ranks, parent, fn)
-    if validation._Flag.on:  # the same subgroups in another order are the same split
-        validation.check(parent, fn, {"split_ranks": sorted(lists)})
+    # always (issue 34); the same subgroups in another order are the same split
+    validation.agree(parent, fn, {"split_ranks": validation.fingerprint(sorted(lists))})
     me = parent.rank()
     mine = next((ranks for ranks in lists if me in ranks), None)
     # the colour is the subgroup's smallest rank, not its place in the list: ranks that list the same

@@ -342,7 +342,7 @@ def new_group(
     Raises:
         ArgumentTypeError: ``ranks`` holds something other than integers, or a bad ``timeout`` type.
         ArgumentError: a rank is out of range or listed twice, or an unknown backend name.
-        CrossRankMismatchError: (validation mode) ranks passed different member lists.
+        CrossRankMismatchError: ranks passed different member lists (checked with validation off too).
 
     Example:
         >>> import mpicomm
@@ -355,14 +355,14 @@ def new_group(
     # wrong on some ranks only: raised on every rank together; not with use_local_synchronization,
     # where only the members call (an exchange over the world would wait for the others forever)
     everyone = None if use_local_synchronization else w
-    with validation.reporting(everyone, fn):
+    with validation.reporting(everyone, fn, always=True):
         label = check_backend(backend, fn, w.backend)
         seconds = timeout_seconds(timeout, fn)
         if group_desc is not None and not isinstance(group_desc, str):
             raise ArgumentTypeError(f"{fn}: group_desc is {group_desc!r}; expected a str or None")
         members = _check_ranks(ranks, w.size(), fn)
-    if validation._Flag.on and everyone is not None:
-        validation.check(everyone, fn, {"ranks": members})
+    if everyone is not None:  # always (issue 34): ranks that disagree would get groups of other ranks
+        validation.agree(everyone, fn, {"ranks": validation.fingerprint(members)})
     me = w.rank()
     if use_local_synchronization:
         comm = w.comm.Create_group(w.comm.group.Incl(members)) if me in members else _mpi.MPI.COMM_NULL

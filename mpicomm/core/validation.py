@@ -15,6 +15,7 @@ exchange (see :func:`report`), so every rank raises it together instead of some 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -37,7 +38,7 @@ from .control import MAX_TEXT, allgather_texts, decode
 if TYPE_CHECKING:
     from .groups import ProcessGroup
 
-__all__ = ["is_validation_enabled", "set_validation"]
+__all__ = ["agree", "fingerprint", "is_validation_enabled", "set_validation"]
 
 
 class _Flag:
@@ -159,13 +160,67 @@ def check(
         raise CrossRankMismatchError(f"{fn}: validation found ranks that disagree: {message}")
 
 
+def agree(group: ProcessGroup, fn: str, fields: dict[str, Any]) -> None:
+    """Compare ``fields`` across ``group``, validation on or off; raise on every rank if they differ.
+
+    For the calls that make communicators (``new_group``, ``split_group``, ``DeviceMesh``...): they
+    are rare and already collective, so one small exchange costs little next to the communicator,
+    and ranks that disagree would otherwise get groups that silently hold the wrong ranks. Pass
+    long values through :func:`fingerprint`. A local mistake raised on some ranks inside
+    ``reporting(group, fn, always=True)`` meets the others here, and every rank raises it.
+
+    Raises:
+        CrossRankMismatchError: the ranks passed different ``fields``; the same message everywhere.
+        MpicommError: another rank's local check failed; its error class.
+
+    Example:
+        >>> import mpicomm
+        >>> from mpicomm.core import validation
+        >>> validation.agree(mpicomm.init(), "example", {"ranks": [0]})
+    """
+    record = json.dumps([fn, fields, None, None], default=_plain).encode()
+    records = _records(group, fn, _exchange(group, fn, 0, record))
+    message = _first_mismatch(records, "elements")
+    if message is not None:
+        raise CrossRankMismatchError(
+            f"{fn}: the ranks passed different arguments: {message}; expected the same on every rank "
+            "(each would get a group holding other ranks than it thinks)"
+        )
+
+
+def fingerprint(value: object) -> object:
+    """``value`` itself if it is short, else a SHA-256 digest of it (with its shape, or its length).
+
+    A grid of ints is hashed from its bytes (a 4096-rank mesh costs microseconds, not a JSON text).
+
+    Example:
+        >>> fingerprint([0, 1])
+        [0, 1]
+        >>> fingerprint(list(range(1000)))[:7]
+        'sha256:'
+    """
+    try:
+        grid = np.asarray(value, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # ragged lists, names: their JSON text
+        grid = None
+    if grid is not None and grid.ndim:
+        if grid.size <= 16:
+            return value
+        digest = hashlib.sha256(grid.tobytes() + str(grid.shape).encode()).hexdigest()[:32]
+        return f"sha256:{digest} of a {grid.shape} grid starting {grid.ravel()[:4].tolist()}"
+    text = json.dumps(value, default=_plain)
+    if len(text) <= 96:
+        return value
+    return f"sha256:{hashlib.sha256(text.encode()).hexdigest()[:32]} of {len(text)} chars ({text[:40]}...)"
+
+
 class reporting:  # noqa: N801 - used as a function: ``with validation.reporting(group, fn):``
     """Around a call's local argument checks: in validation mode a mistake raised there is reported.
 
     An :class:`~mpicomm.ArgumentError` or :class:`~mpicomm.ArgumentTypeError` leaving the block goes
     through :func:`report`, so the other ranks, waiting in the same call's exchange, raise it too
-    instead of waiting for this rank. With validation off, or ``group`` None (a call that not every
-    rank makes), it passes through unchanged.
+    instead of waiting for this rank. With validation off (unless ``always``: a call followed by
+    :func:`agree`), or ``group`` None (a call that not every rank makes), it passes through unchanged.
 
     Example:
         >>> import mpicomm
@@ -174,17 +229,22 @@ class reporting:  # noqa: N801 - used as a function: ``with validation.reporting
         ...     pass
     """
 
-    __slots__ = ("fn", "group")
+    __slots__ = ("always", "fn", "group")
 
-    def __init__(self, group: ProcessGroup | None, fn: str) -> None:
+    def __init__(self, group: ProcessGroup | None, fn: str, always: bool = False) -> None:
         self.group = group
         self.fn = fn
+        self.always = always
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
-        if _Flag.on and self.group is not None and isinstance(exc, (ArgumentError, ArgumentTypeError)):
+        if (
+            (_Flag.on or self.always)
+            and self.group is not None
+            and isinstance(exc, (ArgumentError, ArgumentTypeError))
+        ):
             report(self.group, self.fn, exc)  # raises the same error on every rank
 
 
