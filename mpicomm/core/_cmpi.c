@@ -21,7 +21,7 @@
 static const char *const NAMES[F_COUNT] = {
     "MPI_Allreduce", "MPI_Bcast", "MPI_Allgather", "MPI_Reduce_scatter_block", "MPI_Alltoall",
     "MPI_Alltoallv", "MPI_Send", "MPI_Recv", "MPI_Comm_size", "MPI_Gatherv", "MPI_Comm_rank",
-    "MPI_Isend", "MPI_Irecv", "MPI_Waitall", "MPI_Reduce", "MPI_Get_count"};
+    "MPI_Isend", "MPI_Irecv", "MPI_Waitall", "MPI_Reduce", "MPI_Get_count", "MPI_Sendrecv"};
 
 HIDDEN CmpiState cmpi_state = {.int_handles = 1};
 
@@ -214,6 +214,147 @@ static PyObject *p2p(PyObject *const *a, Py_ssize_t nargs, int receive) {
     return done(&b, ierr);
 }
 
+/* sendrecv(send, sdt, dest, sendtag, recv, rdt, source, recvtag, comm): MPI_Sendrecv, the halo step.
+ * dest or source may be MPI_PROC_NULL (that side moves nothing); the buffers must share no byte. */
+static PyObject *sendrecv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(9);
+    Bufs b = {.n = 0};
+    H sdt, rdt, comm;
+    int dest = (int)PyLong_AsLong(a[2]), stag = (int)PyLong_AsLong(a[3]);
+    int source = (int)PyLong_AsLong(a[6]), rtag = (int)PyLong_AsLong(a[7]);
+    if (PyErr_Occurred()) return NULL;
+    if (!handle_of(a[1], S.t_datatype, &sdt) || !handle_of(a[5], S.t_datatype, &rdt) ||
+        !handle_of(a[8], S.t_comm, &comm))
+        return cannot(&b);
+    if (!get(&b, a[0], 0) || !get(&b, a[4], 1) || !apart(&b.v[0], &b.v[1])) return cannot(&b);
+    Py_ssize_t ns = elements(&b.v[0]), nr = elements(&b.v[1]);
+    if (ns < 0 || ns > INT_MAX || nr < 0 || nr > INT_MAX) return cannot(&b);
+    const void *s = b.v[0].buf;
+    void *r = b.v[1].buf;
+    union {
+        char bytes[256];
+        long double align;
+    } status;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C)                                                                                        \
+    ((int (*)(const void *, int, C##_T, int, int, void *, int, C##_T, int, int, C##_T, void *))S.fn[F_SENDRECV])( \
+        s, (int)ns, C(sdt), dest, stag, r, (int)nr, C(rdt), source, rtag, C(comm), &status)
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return done(&b, ierr);
+}
+
+#define BAD LONG_MIN /* no rank or tag MPI takes (MPI_PROC_NULL is -1 in MPICH, -2 in Open MPI) */
+
+/* A peer or tag given to sendrecv_checked as a Python object: None (then `none`), or an exact int in
+ * [lo, hi) or equal to `also`; BAD where it is none of these. */
+static long small_int(PyObject *x, long none, long lo, long hi, long also) {
+    if (x == Py_None) return none;
+    if (!PyLong_CheckExact(x)) return BAD;
+    int overflow = 0;
+    long v = PyLong_AsLongAndOverflow(x, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return BAD;
+    }
+    return (v >= lo && v < hi) || v == also ? v : BAD;
+}
+
+#define TAG_UB_MIN 32767 /* every MPI allows tags up to this */
+
+/* The MPI datatype that `datatypes` (mpicomm's write-once cache, dtype -> datatype) holds for the
+ * array's dtype, or NULL. The last few dtypes seen are kept by identity: hashing a numpy dtype for
+ * the dictionary costs as much as the rest of a small sendrecv's checks. */
+#define KEPT 8
+static PyObject *kept_dtype[KEPT], *kept_type[KEPT];
+static int kept_next;
+
+static PyObject *datatype_of(PyObject *datatypes, PyObject *array) {
+    static PyObject *name = NULL;
+    if (name == NULL && (name = PyUnicode_InternFromString("dtype")) == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *dtype = PyObject_GetAttr(array, name);
+    if (dtype == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    for (int i = 0; i < KEPT; i++)
+        if (kept_dtype[i] == dtype) {
+            Py_DECREF(dtype);
+            return kept_type[i]; /* kept: a reference of ours */
+        }
+    PyObject *type = PyDict_GetItemWithError(datatypes, dtype);
+    if (type == NULL) {
+        PyErr_Clear();
+        Py_DECREF(dtype);
+        return NULL;
+    }
+    int i = kept_next;
+    kept_next = (kept_next + 1) % KEPT;
+    Py_XSETREF(kept_dtype[i], dtype); /* our reference to the dtype moves into the table */
+    Py_XSETREF(kept_type[i], Py_NewRef(type));
+    return type;
+}
+
+/* sendrecv_checked(send, recv, dest, source, tag, sendtag, recvtag, comm, datatypes, proc_null, any_tag):
+ * the whole fast path of mpicomm.sendrecv on the world: peers None (MPI_PROC_NULL), proc_null or a
+ * rank of comm; tag, or sendtag/recvtag (mpi4py's names: recvtag defaults to any_tag there), exact
+ * ints in [0, 32767]; datatypes maps each array's dtype to its MPI datatype. Returns the rank
+ * received from (-1 for none), or NotImplemented before any MPI call where anything is off. */
+static PyObject *sendrecv_checked(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(11);
+    Bufs b = {.n = 0};
+    H sdt, rdt, comm;
+    int size;
+    if (!handle_of(a[7], S.t_comm, &comm) || !PyDict_CheckExact(a[8]) || !PyLong_CheckExact(a[9]) ||
+        !PyLong_CheckExact(a[10]) || Py_TYPE(a[0]) != S.t_ndarray || Py_TYPE(a[1]) != S.t_ndarray)
+        return cannot(&b);
+    long null = PyLong_AsLong(a[9]), any_tag = PyLong_AsLong(a[10]);
+    if (PyErr_Occurred() || comm_size(comm, &size)) {
+        PyErr_Clear();
+        return cannot(&b);
+    }
+    long dest = small_int(a[2], null, 0, size, null), source = small_int(a[3], null, 0, size, null);
+    long stag, rtag;
+    if (a[5] == Py_None && a[6] == Py_None) {
+        stag = rtag = small_int(a[4], 0, 0, TAG_UB_MIN + 1, BAD);
+    } else if (a[4] == Py_None) {
+        stag = small_int(a[5], 0, 0, TAG_UB_MIN + 1, BAD);
+        rtag = small_int(a[6], any_tag, 0, TAG_UB_MIN + 1, any_tag);
+    } else {
+        return cannot(&b); /* tag with sendtag/recvtag: refused by name on the checked path */
+    }
+    if (dest == BAD || source == BAD || stag == BAD || rtag == BAD) return cannot(&b);
+    PyObject *st = datatype_of(a[8], a[0]), *rt = datatype_of(a[8], a[1]);
+    if (st == NULL || rt == NULL || !handle_of(st, S.t_datatype, &sdt) || !handle_of(rt, S.t_datatype, &rdt))
+        return cannot(&b);
+    if (!get(&b, a[0], 0) || !get(&b, a[1], 1) || !apart(&b.v[0], &b.v[1])) return cannot(&b);
+    Py_ssize_t ns = elements(&b.v[0]), nr = elements(&b.v[1]);
+    if (ns < 0 || ns > INT_MAX || nr < 0 || nr > INT_MAX) return cannot(&b);
+    const void *s = b.v[0].buf;
+    void *r = b.v[1].buf;
+    int to = (int)dest, from = (int)source, st = (int)stag, rt = (int)rtag;
+    union {
+        char bytes[256];
+        long double align;
+    } status;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C)                                                                                        \
+    ((int (*)(const void *, int, C##_T, int, int, void *, int, C##_T, int, int, C##_T, void *))S.fn[F_SENDRECV])( \
+        s, (int)ns, C(sdt), to, st, r, (int)nr, C(rdt), from, rt, C(comm), &status)
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    release(&b);
+    if (ierr) return mpi_error(ierr);
+    return PyLong_FromLong(from == null ? -1 : from);
+}
+
 static PyObject *send(PyObject *self, PyObject *const *a, Py_ssize_t nargs) { return p2p(a, nargs, 0); }
 
 static PyObject *recv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) { return p2p(a, nargs, 1); }
@@ -287,7 +428,8 @@ static PyObject *names(PyObject *self, PyObject *unused) {
 #define LIST(name) {#name, (PyCFunction)(void (*)(void))cmpi_##name, METH_FASTCALL, NULL}
 static PyMethodDef methods[] = {
     FAST(bind), FAST(handle), FAST(allreduce), FAST(reduce), FAST(bcast), FAST(allgather), FAST(reduce_scatter_block),
-    FAST(alltoall), FAST(alltoallv), FAST(send), FAST(recv), LIST(allgather_list), LIST(reduce_scatter_list),
+    FAST(alltoall), FAST(alltoallv), FAST(send), FAST(recv), FAST(sendrecv),
+    FAST(sendrecv_checked), LIST(allgather_list), LIST(reduce_scatter_list),
     LIST(gather_list), LIST(exchange),
     {"names", names, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};

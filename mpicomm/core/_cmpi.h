@@ -23,7 +23,7 @@ typedef intptr_t H; /* an MPI handle as this module carries it */
 
 enum { F_ALLREDUCE, F_BCAST, F_ALLGATHER, F_REDUCE_SCATTER_BLOCK, F_ALLTOALL, F_ALLTOALLV,
        F_SEND, F_RECV, F_COMM_SIZE, F_GATHERV, F_COMM_RANK, F_ISEND, F_IRECV, F_WAITALL, F_REDUCE, F_GET_COUNT,
-       F_COUNT };
+       F_SENDRECV, F_COUNT };
 
 /* What bind() learnt: the MPI functions, the handle width, MPI_IN_PLACE, mpi4py's layout. */
 typedef struct {

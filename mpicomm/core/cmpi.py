@@ -15,6 +15,11 @@ call it replaces. Its functions mirror MPI's, in MPI's argument order (``c`` the
 * ``alltoallv(s, sc, sd, r, rc, rd, dt, c)``: ``MPI_Alltoallv``, counts and displacements as int32
   arrays;
 * ``send(buf, dt, dest, tag, c)`` and ``recv(buf, dt, src, tag, c)``: ``MPI_Send`` and ``MPI_Recv``;
+* ``sendrecv(s, sdt, dest, stag, r, rdt, src, rtag, c)``: ``MPI_Sendrecv`` (``dest``/``src`` may be
+  ``MPI_PROC_NULL``);
+* ``sendrecv_checked(s, r, dest, src, tag, sendtag, recvtag, c, datatypes, proc_null, any_tag)``:
+  ``mpicomm.sendrecv``'s whole fast path, its peers and tags as the caller gave them (None, an int),
+  checked in C; returns the rank received from (-1: none) instead of None;
 
 and the list forms' common calls (lists of numpy arrays of one kind, as :mod:`mpicomm.dense.small`,
 :mod:`mpicomm.dense.placed` and :mod:`mpicomm.dense.exchange` make them, with the same MPI calls,
@@ -80,6 +85,8 @@ __all__ = [
     "reduce_scatter_block",
     "reduce_scatter_list",
     "send",
+    "sendrecv",
+    "sendrecv_checked",
 ]
 
 
@@ -88,6 +95,7 @@ def _unbound(*args: Any) -> Any:
 
 
 allreduce = reduce = bcast = allgather = reduce_scatter_block = alltoall = alltoallv = send = recv = _unbound
+sendrecv = sendrecv_checked = _unbound
 allgather_list = reduce_scatter_list = gather_list = exchange = _unbound
 _NAMES = tuple(name for name in __all__ if name not in ("bind", "bound"))  # the C functions
 _why = "not bound yet (MPI not started)"

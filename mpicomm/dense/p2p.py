@@ -8,6 +8,8 @@ datatypes (:mod:`mpicomm.core.layouts`).
 
 from __future__ import annotations
 
+from typing import Any, TypeGuard
+
 import numpy as np
 
 from .. import _mpi
@@ -15,9 +17,9 @@ from ..core import cmpi, fast, validation
 from ..core.arrays import Array
 from ..core.buffers import _DATATYPES, check_array, check_disjoint, check_output, message, recv_message
 from ..core.fast import TAG_UB_MIN
-from ..core.groups import ProcessGroup, _State, resolve, root_rank, warn_non_member
+from ..core.groups import ProcessGroup, _State, resolve, warn_non_member
 from ..core.work import Work
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError, BackendArgumentError
 
 __all__ = ["irecv", "isend", "recv", "send", "sendrecv"]
 
@@ -29,7 +31,7 @@ def _peer(g: ProcessGroup, rank: int | None, group_rank: int | None, fn: str, ar
         if any_ok:
             return int(_mpi.MPI.ANY_SOURCE)
         raise ArgumentError(f"{fn}: no {arg} given; expected {arg}= (world rank) or group_{arg}=")
-    peer = root_rank(g, rank, group_rank, fn, arg)
+    peer = _peer_rank(g, rank, group_rank, fn, arg, "")
     if peer == g.rank():
         raise ArgumentError(
             f"{fn}: {arg} is this rank ({g.ranks[peer]}); expected another rank "
@@ -38,12 +40,12 @@ def _peer(g: ProcessGroup, rank: int | None, group_rank: int | None, fn: str, ar
     return peer
 
 
-def _tag(g: ProcessGroup, tag: int, fn: str) -> int:
+def _tag(g: ProcessGroup, tag: object, fn: str, arg: str = "tag") -> int:
     if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool):
-        raise ArgumentTypeError(f"{fn}: tag is {tag!r}; expected an int")
+        raise ArgumentTypeError(f"{fn}: {arg} is {tag!r}; expected an int")
     upper = _tag_upper_bound(g)
     if not 0 <= tag <= upper:
-        raise ArgumentError(f"{fn}: tag is {tag}; expected 0 <= tag <= {upper} (MPI_TAG_UB of this MPI)")
+        raise ArgumentError(f"{fn}: {arg} is {tag}; expected 0 <= {arg} <= {upper} (MPI_TAG_UB of this MPI)")
     return int(tag)
 
 
@@ -274,35 +276,49 @@ def sendrecv(
     dst: int | None = None,
     src: int | None = None,
     group: ProcessGroup | None = None,
-    tag: int = 0,
+    tag: int | None = None,
     group_dst: int | None = None,
     group_src: int | None = None,
+    sendtag: int | None = None,
+    recvtag: int | None = None,
 ) -> int:
     """Send ``tensor`` to one rank and receive ``recv_tensor`` from another in one call (``MPI_Sendrecv``).
 
     torch.distributed has no such call. It is the halo-exchange step: every rank sends its edge to one
     neighbour and receives its ghost cells from the other, with no deadlock whatever the order of the
-    ranks. ``dst=None`` sends nothing and ``src=None`` receives nothing (``MPI_PROC_NULL``: the edge of
-    a non-periodic domain); either may be this rank itself (a periodic domain one rank wide). Both
-    buffers may be strided views, read and written in place.
+    ranks. ``None`` or ``MPI.PROC_NULL`` as ``dst`` sends nothing and as ``src`` receives nothing (the
+    edge of a non-periodic domain, as mpi4py's ``Sendrecv`` takes it); either may be this rank itself
+    (a periodic domain one rank wide). Both buffers may be strided views, read and written in place.
+
+    ========  ==========================  ==========================
+    rank      sends (``dst=r+1``)         receives (``src=r-1``)
+    ========  ==========================  ==========================
+    0         its edge to 1               nothing (``src=None``)
+    1         its edge to 2               rank 0's edge
+    2 (last)  nothing (``dst=None``)      rank 1's edge
+    ========  ==========================  ==========================
 
     Args:
         tensor: The data to send; any layout.
         recv_tensor: Writeable output of any layout, the size of the incoming message; must not overlap
             ``tensor``.
-        dst: World rank to send to; ``None`` to send nothing.
-        src: World rank to receive from; ``None`` to receive nothing.
+        dst: World rank to send to; ``None`` or ``MPI.PROC_NULL`` to send nothing.
+        src: World rank to receive from; ``None`` or ``MPI.PROC_NULL`` to receive nothing.
         group: The process group; ``None`` for the world.
-        tag: Message tag, for both the message sent and the one received.
+        tag: Message tag, for both the message sent and the one received (default 0).
         group_dst: The destination as a rank of ``group`` (instead of ``dst``).
         group_src: The source as a rank of ``group`` (instead of ``src``).
+        sendtag: mpi4py's name: the tag of the message sent (default 0); instead of ``tag``.
+        recvtag: mpi4py's name: the tag to receive (default ``MPI.ANY_TAG``, as mpi4py's); instead
+            of ``tag``.
 
     Returns:
         The world rank the message came from; -1 when nothing was received or on a rank outside ``group``.
 
     Raises:
-        ArgumentTypeError: a buffer is not an array, or ``tag`` is not an int.
-        ArgumentError: a rank out of range, a read-only ``recv_tensor``, or buffers that overlap.
+        ArgumentTypeError: a buffer is not an array, or a tag or peer is not an int.
+        ArgumentError: a peer out of range, a read-only ``recv_tensor``, buffers that overlap, or
+            ``tag`` given with ``sendtag``/``recvtag``.
 
     Example:
         >>> import numpy as np, mpicomm
@@ -313,7 +329,54 @@ def sendrecv(
         >>> _ = mpicomm.sendrecv(u[:, -2], u[:, 0], dst=(r + 1) % w, src=(r - 1) % w)
         >>> u[:, 0].tolist() == [float((r - 1) % w)] * 2
         True
+        >>> # a non-periodic line: the ends have no neighbour
+        >>> left, right = (r - 1 if r > 0 else None), (r + 1 if r < w - 1 else None)
+        >>> got = mpicomm.sendrecv(u[:, -2], u[:, 0], dst=right, src=left, sendtag=r, recvtag=(r - 1) % w)
+        >>> got == (-1 if left is None else left)
+        True
     """
+    w = _State.world
+    if (  # the fast path (the halo step of every time step): peers, tags and arrays checked in C
+        w is not None and group is None and group_dst is None and group_src is None and not _Flag.on
+    ):  # (before the first checked call, _Const.null is None, which the C function refuses)
+        got = cmpi.sendrecv_checked(
+            tensor,
+            recv_tensor,
+            dst,
+            src,
+            tag,
+            sendtag,
+            recvtag,
+            w.comm,
+            _DATATYPES,
+            _Const.null,
+            _Const.any_tag,
+        )
+        if got is not NotImplemented:
+            return got  # type: ignore[no-any-return]
+    return _sendrecv(tensor, recv_tensor, dst, src, group, tag, group_dst, group_src, sendtag, recvtag)
+
+
+class _Const:
+    """MPI.PROC_NULL and MPI.ANY_TAG (their values differ between MPIs), read by the first checked call."""
+
+    null: int | None = None
+    any_tag: int = 0
+
+
+def _sendrecv(
+    tensor: Array,
+    recv_tensor: Array,
+    dst: int | None,
+    src: int | None,
+    group: ProcessGroup | None,
+    tag: int | None,
+    group_dst: int | None,
+    group_src: int | None,
+    sendtag: int | None,
+    recvtag: int | None,
+) -> int:
+    """:func:`sendrecv` with every argument checked by name (any group, layout or tag)."""
     fn = "sendrecv"
     g = resolve(group, fn)
     if g.comm is None:
@@ -322,13 +385,76 @@ def sendrecv(
     x = check_array(tensor, fn, "tensor")
     y = check_output(recv_tensor, fn, "recv_tensor")
     check_disjoint(y, x, fn, "recv_tensor", "tensor")
-    null = int(_mpi.MPI.PROC_NULL)
-    to = null if dst is None and group_dst is None else root_rank(g, dst, group_dst, fn, "dst")
-    frm = null if src is None and group_src is None else root_rank(g, src, group_src, fn, "src")
-    t = _tag(g, tag, fn)
+    null = _Const.null = int(_mpi.MPI.PROC_NULL)
+    _Const.any_tag = int(_mpi.MPI.ANY_TAG)
+    to = _neighbour(g, dst, group_dst, fn, "dst", null)
+    frm = _neighbour(g, src, group_src, fn, "src", null)
+    if tag is not None and (sendtag is not None or recvtag is not None):
+        given = ", ".join(
+            f"{k}={v!r}" for k, v in (("sendtag", sendtag), ("recvtag", recvtag)) if v is not None
+        )
+        raise ArgumentError(
+            f"{fn}: both tag={tag!r} and {given} given; expected tag= (one tag for both messages) "
+            "or sendtag=/recvtag= (mpi4py's names), not both"
+        )
+    any_tag = int(_mpi.MPI.ANY_TAG)
+    if sendtag is None and recvtag is None:
+        stag = rtag = _tag(g, 0 if tag is None else tag, fn)
+    else:
+        stag = 0 if sendtag is None else _tag(g, sendtag, fn, "sendtag")
+        rtag = any_tag if recvtag is None or recvtag == any_tag else _tag(g, recvtag, fn, "recvtag")
     status = _mpi.MPI.Status()
     msg, post = recv_message(y)
-    g.comm.Sendrecv(message(x), to, t, msg, frm, t, status)
+    g.comm.Sendrecv(message(x), to, stag, msg, frm, rtag, status)
     if post is not None:
         post()
     return -1 if frm == null else g.ranks[status.Get_source()]
+
+
+def _neighbour(g: ProcessGroup, rank: object, group_rank: object, fn: str, arg: str, null: int) -> int:
+    """The group rank of a sendrecv peer, or ``null`` (MPI_PROC_NULL) for none: None or MPI.PROC_NULL."""
+    given = rank if group_rank is None else group_rank
+    if rank is None and group_rank is None:
+        return null
+    if _is_int(given) and given == null and (rank is None or group_rank is None):
+        return null
+    return _peer_rank(g, rank, group_rank, fn, arg, ", or None or MPI.PROC_NULL for no peer")
+
+
+def _is_int(x: object) -> TypeGuard[int | np.integer[Any]]:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _peer_rank(g: ProcessGroup, rank: object, group_rank: object, fn: str, arg: str, more: str) -> int:
+    """The group rank of a point-to-point peer given as a world rank or a group rank, checked by name.
+
+    A peer is no root: the messages say which argument is wrong and what it may be (``more``: the
+    other values the call takes).
+
+    Raises:
+        ArgumentTypeError: not an int.
+        ArgumentError: both forms given, or a world rank outside the group.
+        BackendArgumentError: out of range (a ValueError, and a RuntimeError as gloo's is).
+    """
+    if rank is not None and group_rank is not None:
+        raise ArgumentError(
+            f"{fn}: both {arg}={rank!r} and group_{arg}={group_rank!r} given; expected one of them"
+        )
+    given, shown = (rank, arg) if group_rank is None else (group_rank, f"group_{arg}")
+    if not _is_int(given):
+        raise ArgumentTypeError(f"{fn}: {shown} is {given!r}; expected an int rank{more}")
+    peer = int(given)
+    if group_rank is None and g is not _State.world:
+        if peer not in g._index:
+            raise ArgumentError(
+                f"{fn}: {arg} is world rank {peer}, which is not part of group {g.name}; expected a "
+                f"member's world rank{more}"
+            )
+        return g._index[peer]
+    if not 0 <= peer < g._size:
+        scope = "world" if group_rank is None else "group"
+        raise BackendArgumentError(
+            f"{fn}: {shown} is {peer}; expected a {scope} rank 0 <= {shown} < {g._size} "
+            f"(the group size){more}"
+        )
+    return peer

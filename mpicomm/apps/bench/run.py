@@ -47,6 +47,7 @@ from .dense import (
     _validated,
 )
 from .gpu import cost_lines, cost_report, gpu_lines, gpu_report
+from .halo import _halo_column, _halo_row, _sendrecv, _sendrecv_edge
 from .harness import (
     BANDWIDTH,
     DEFAULT_SIZES,
@@ -69,8 +70,9 @@ from .torch_cost import torch_cost, torch_cost_lines
 __all__ = ["main"]
 
 
-#: The project's targets: (text, op, size, limit on the ratio); op None: every raw op at >= size.
-TARGETS = (
+#: The project's targets: (text, op, size, limit on the ratio[, at that size and above]); op None: every
+#: raw op at >= size.
+TARGETS: tuple[tuple[Any, ...], ...] = (
     ("all_reduce 8 B <= 1.2x Allreduce", "all_reduce", 8, 1.2),
     ("broadcast 8 B <= 1.3x Bcast", "broadcast", 8, 1.3),
     ("all_gather_into_tensor 8 B <= 1.3x Allgather", "all_gather_into_tensor", 8, 1.3),
@@ -89,6 +91,12 @@ TARGETS = (
     ("jagged at 64 KiB <= 1.3x raw two-step", "jagged", 64 << 10, 1.3),
     ("jagged at 1 MiB <= 1.1x raw two-step", "jagged", 1 << 20, 1.1),
     ("jagged at 16 MiB <= 1.05x raw two-step", "jagged", 16 << 20, 1.05),
+    ("sendrecv 8 B <= 1.15x Sendrecv", "sendrecv", 8, 1.15),
+    ("sendrecv 64 KiB <= 1.15x Sendrecv", "sendrecv", 64 << 10, 1.15),
+    ("sendrecv edge rank 8 B <= 1.15x Sendrecv", "sendrecv_edge", 8, 1.15),
+    ("sendrecv edge rank 64 KiB <= 1.15x Sendrecv", "sendrecv_edge", 64 << 10, 1.15),
+    ("halo column, every size <= 1.1x pack + Sendrecv", "halo_column", 8, 1.1, True),
+    ("halo row, every size <= 1.1x pack + Sendrecv", "halo_row", 8, 1.1, True),
 )
 
 
@@ -113,6 +121,11 @@ OPS: dict[str, Spec] = {
         _reduce_scatter, "list", "tensor", "mpicomm.reduce_scatter_tensor", "gather"
     ),
     "jagged": Spec(_jagged, "mpicomm", "raw", "Alltoall counts, allocate, Alltoallv", "alltoall"),
+    # The halo step (mpicomm.apps.bench.halo): a ring, the edge ranks of a line, ghost columns and rows.
+    "sendrecv": Spec(_sendrecv, "mpicomm", "mpi4py", "Sendrecv (ring)"),
+    "sendrecv_edge": Spec(_sendrecv_edge, "mpicomm", "mpi4py", "Sendrecv with PROC_NULL (line ends)"),
+    "halo_column": Spec(_halo_column, "mpicomm", "packed", "ascontiguousarray + Sendrecv + copy back"),
+    "halo_row": Spec(_halo_row, "mpicomm", "packed", "ascontiguousarray + Sendrecv + copy back"),
     # The front door's cost on torch tensors (the goal: at most 1.5 us more per call than numpy) and
     # validation mode's cost, each against the same mpicomm call on numpy arrays, validation off.
     "all_reduce_torch": Spec(_all_reduce_kinds, "torch", "numpy", "mpicomm.all_reduce on numpy", "allreduce"),
