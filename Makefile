@@ -111,7 +111,7 @@ test-cupy-names: ## every cupy name mpicomm uses, against the real cupy wheel in
 gpu-carry: ## pack .gpu-carry/ for a GPU window: cp312 wheels (mpich, test tools) and the CUDA Open MPI
 	bash scripts/gpu-carry.sh
 
-gpu-window: ## ON the GPU machine (no network): STEP=setup|test|bench|all (default all), logs in $$OUT
+gpu-window: ## ON the GPU machine (no network): STEP=setup|test|bench|all|plan (default all), logs in $$OUT
 	bash scripts/gpu-window.sh $(or $(STEP),all)
 
 jobs: venv ## regenerate jobs/*.sbatch (and the sharded plan) from the command on each script's line 3

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu-window.sh setup|test|bench|all: the GPU window, run ON the lent GPU machine from the repo root.
+# scripts/gpu-window.sh setup|test|bench|all|plan: the GPU window, run ON the lent GPU machine from the repo root.
 #
 # The machine has no network, runs commands as root, and its image has Python 3.12 with cupy, numpy and mpi4py
 # but no MPI library. Make the carry first on the CPU machine (scripts/gpu-carry.sh writes .gpu-carry/), then
@@ -12,26 +12,44 @@
 #                             LD_LIBRARY_PATH, MPI4PY_LIBMPI) + test wheels + mpicomm: the direct path
 #          then nvidia-smi, the versions each venv sees, `python -m mpicomm info` under each MPI (2 ranks),
 #          and raw mpi4py on cupy buffers through the CUDA Open MPI (proves the MPI build, not mpicomm)
-#   test   tests/gpu (marker gpu) at 2 and 4 ranks: staged (mpich) and direct (Open MPI), CUDA-awareness
-#          decided automatically (MPICOMM_CUDA_AWARE unset; GPU_EXPECT_PATH makes a wrong decision fail);
-#          tests/gpu/test_paths_gpu.py reruns the CPU checks of issue 24 (float16/bfloat16, 4K chunks,
-#          layouts, subgroups, short receives, failing chunks, batches) on the GPU;
+#   test   first what is owed from earlier windows, named (2 ranks, staged): the torch side-stream test
+#          (test_collectives_gpu.py::test_a_torch_tensor_written_on_torchs_side_stream_is_read_after_that_work),
+#          the mixed-kind tests of issue 35 (host and device ranks in one call; test_paths_gpu.py, from
+#          tests/mpi/test_gpu_mixed_kinds.py) and the torch backend's CUDA tests (test_torch_backend_gpu.py,
+#          where it exists); then tests/gpu (marker gpu) at 2 and 4 ranks: staged (mpich) and direct (Open
+#          MPI), CUDA-awareness decided automatically (MPICOMM_CUDA_AWARE unset; GPU_EXPECT_PATH makes a wrong
+#          decision fail); tests/gpu/test_paths_gpu.py reruns the CPU checks of issues 24 and 35 on the GPU;
 #          GPU_WINDOW_CPU_SUITE=1 adds tests/mpi at 2 ranks on mpich as a sanity check
-#   bench  python -m mpicomm.bench --device cuda --json $OUT/bench-{staged,direct}.json at 2 ranks
+#   bench  what users will see: at 1 rank (one GPU per rank: no time-slicing) the small-call costs
+#          (--ops gpu_cost: a staged call against its copies, events and MPI call by hand, cupy and torch
+#          CUDA) and the GPU report; then the GPU report (--device cuda: every op to 64 MiB, the pipelined
+#          staged all_to_all_single among them) at 2 ranks staged and direct, without CUDA MPS and, where
+#          nvidia-cuda-mps-control starts, again under MPS (2 ranks on one GPU without MPS time-slice:
+#          ~275 us a host-device copy), MPS stopped after; every JSON merged into $OUT/bench.json
 #   all    setup, test, bench; every step runs even after a failure
+#   plan   print the steps and their time budgets, check that every step function exists; runs nothing
 # test and bench run setup first when its venvs are missing (a fresh machine).
 #
 # Every step has a `timeout`, cut so that the whole call ends within GPU_WINDOW_BUDGET_S (530 s: the device
-# tool allows 600 s a command) while each later step keeps at least 30 s. What comes back ($OUT, at most 8 files):
+# tool allows 600 s a command; with its start-up the window fits one 9-minute device run) while each later
+# step keeps at least 15 s. What comes back ($OUT, 7 files; the device tool brings back at most 8):
 #   setup.log test.log bench.log   each step's output, with a header per step
-#   summary.json summary.txt       per step: status (PASS, FAIL, TIMEOUT, EMPTY = pytest ran no test), rc, seconds
-#   bench-staged.json bench-direct.json
-# Exit status: 0 when every step passed, else 1.
+#   summary.json summary.txt       per step: status (PASS, FAIL, TIMEOUT, SKIP, EMPTY = pytest ran no test), rc,
+#                                  seconds (SKIP: MPS not allowed here; not a failure)
+#   bench.json                     every bench run's JSON by name (small-np1, staged, direct, staged-mps, ...)
+#   figures.txt                    the bench tables of every run, one after another, with what each ran on
+# Exit status: 0 when every step passed or was skipped, else 1.
 #
 # Environment: OUT (default /tmp/gpu-window-out), GPU_PYTHON (python3: the image's, which holds cupy),
 # GPU_CARRY_DIR (.gpu-carry), GPU_WINDOW_WORK (/tmp), GPU_WINDOW_BUDGET_S, GPU_TEST_NPS ("2 4"),
 # GPU_PYTEST_TIMEOUT (120, per test), GPU_PYTEST_ARGS (extra pytest arguments), GPU_BENCH_MODULE
-# (mpicomm.bench), GPU_BENCH_ARGS (extra bench arguments, e.g. "--sizes 4K,1M,64M"), GPU_WINDOW_CPU_SUITE (0).
+# (mpicomm.bench), GPU_BENCH_ARGS (extra bench arguments; default "--rounds 6 --sample-time 0.03"),
+# GPU_WINDOW_CPU_SUITE (0), GPU_WINDOW_MPS (1: try MPS; 0: never). GPU_TEST_NPS defaults to "2" so that the
+# window fits 530 s with MPS and 1-rank figures (4 ranks ran green in the first window; "2 4" adds them).
+# GPU_WINDOW_FAKE=1: a dry run on the CPU machine: no carry, both "venvs" are this repo's .venv (MPICH,
+# staged) with the fake cupy (tests/fakecupy) on PYTHONPATH; checks the steps, logs, JSON merge and
+# timeouts, never the GPU (CPU emulation, not GPU verification). E.g.
+#   GPU_WINDOW_FAKE=1 GPU_WINDOW_BUDGET_S=300 OUT=/tmp/gpuout bash scripts/gpu-window.sh bench
 # On the CPU machine, to try the offline install: scripts/gpu-carry.sh --here, then
 #   GPU_CARRY_DIR=/tmp/gpu-carry-here OUT=/tmp/gpuout scripts/gpu-window.sh setup
 set -uo pipefail
@@ -45,13 +63,25 @@ WORK=${GPU_WINDOW_WORK:-/tmp}
 PY=${GPU_PYTHON:-python3}
 OMPI_PREFIX=$WORK/ompi-cuda
 LOGS=$WORK/gpu-window-logs
-read -r -a NPS <<<"${GPU_TEST_NPS:-2 4}"
+read -r -a NPS <<<"${GPU_TEST_NPS:-2}"
 PYTEST_TIMEOUT=${GPU_PYTEST_TIMEOUT:-120}
 BUDGET_S=${GPU_WINDOW_BUDGET_S:-530}
-MIN_STEP_S=30
+MIN_STEP_S=15
 KILL_GRACE_S=10
 BENCH_MODULE=${GPU_BENCH_MODULE:-mpicomm.bench}
 CPU_SUITE=${GPU_WINDOW_CPU_SUITE:-0}
+TRY_MPS=${GPU_WINDOW_MPS:-1}
+FAKE=${GPU_WINDOW_FAKE:-0}
+if [ "$FAKE" = 1 ]; then
+  PY=${GPU_PYTHON:-$REPO/.venv/bin/python}
+  export PYTHONPATH="$REPO/tests/fakecupy${PYTHONPATH:+:$PYTHONPATH}"
+fi
+BENCH_DIR=$WORK/gpu-window-bench
+# MPS's pipe and log folders: the daemon and every client must agree (exported before the bench starts)
+MPS_FLAG=$WORK/gpu-window-mps-on
+export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-$WORK/mps-pipe}
+export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-$WORK/mps-log}
+SKIP_RC=75  # a step that cannot run here (no MPS): SKIP, not a failure
 
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -117,12 +147,23 @@ s_probe() {
   fi
   echo "--- carry"
   if [ -f "$CARRY/MANIFEST.txt" ]; then grep -v '^#' "$CARRY/MANIFEST.txt"; else echo "no $CARRY/MANIFEST.txt"; fi
-  [ -d "$CARRY/wheels" ] && [ -d "$CARRY/openmpi-cuda" ]
+  [ "$FAKE" = 1 ] || { [ -d "$CARRY/wheels" ] && [ -d "$CARRY/openmpi-cuda" ]; }
 }
 
 s_venv() { # mpich | ompi
   local kind=$1 v=$WORK/venv-$1 sp
   local -a pip wheels=()
+  if [ "$FAKE" = 1 ]; then # the dry run: this repo's .venv for both, MPICH (so both paths are staged)
+    mkdir -p "$v"
+    {
+      echo "# written by scripts/gpu-window.sh, GPU_WINDOW_FAKE=1: the repo's venv, the fake cupy ($kind by name)"
+      echo "MPIEXEC=\"$(dirname "$PY")/mpiexec\""
+      echo "MPIFLAGS=()"
+      echo "PYV=\"$PY\""
+    } >"$v/gpu-env.sh"
+    cat "$v/gpu-env.sh"
+    return 0
+  fi
   if [ ! -d "$CARRY/wheels" ]; then
     echo "no $CARRY/wheels: run scripts/gpu-carry.sh on the CPU machine and carry .gpu-carry"
     return 1
@@ -243,6 +284,7 @@ s_info() { # mpich | ompi (MPICOMM_CUDA_AWARE unset: shows what auto decides)
 }
 
 s_smoke() { # raw mpi4py on cupy buffers through the CUDA Open MPI, 2 ranks: proves the MPI build
+  if [ "$FAKE" = 1 ]; then echo "the dry run has no CUDA Open MPI"; return "$SKIP_RC"; fi
   use_path ompi || return 1
   local code
   # -c, not stdin: mpirun and mpiexec give stdin to rank 0 only.
@@ -299,15 +341,107 @@ s_cpu() { # NP: tests/mpi on the mpich wheel, host path only
     -p pytest_mpi -p pytest_timeout -p _hypothesis_pytestplugin
 }
 
-s_bench() { # staged|direct, 2 ranks
-  use_path "$1" || return 1
+s_bench() { # staged|direct NP OPS NAME [mps]: the bench, its JSON kept as $BENCH_DIR/NAME.json
+  local path=$1 np=$2 ops=$3 name=$4 mps=${5:-}
+  if [ "$mps" = mps ] && [ ! -f "$MPS_FLAG" ]; then
+    echo "MPS is not running (mps-start skipped or failed): $name skipped"
+    return "$SKIP_RC"
+  fi
+  use_path "$path" || return 1
   local -a extra=()
-  read -r -a extra <<<"${GPU_BENCH_ARGS:-}"
-  local rc=0
-  "$MPIEXEC" "${MPIFLAGS[@]}" -n 2 "$PYV" -m mpi4py -m "$BENCH_MODULE" --device cuda \
-    --json "$OUT/bench-$1.json" "${extra[@]}" || rc=$?
-  ls -l "$OUT/bench-$1.json" 2>/dev/null || echo "no $OUT/bench-$1.json written"
+  read -r -a extra <<<"${GPU_BENCH_ARGS:---rounds 6 --sample-time 0.03}"
+  [ "$FAKE" = 1 ] && ops=gpu_cost  # the dry run: the GPU report's 64 MiB copies and CUDA timers need a GPU
+  mkdir -p "$BENCH_DIR"
+  local rc=0 json=$BENCH_DIR/$name.json
+  rm -f "$json"
+  echo "bench $name: path $path, $np rank(s), --ops $ops, MPS ${mps:-off}; GPU: $(nvidia-smi -L 2>/dev/null | sed -n 1p)"
+  "$MPIEXEC" "${MPIFLAGS[@]}" -n "$np" "$PYV" -m mpi4py -m "$BENCH_MODULE" --ops "$ops" \
+    --json "$json" "${extra[@]}" 2>&1 | tee "$BENCH_DIR/$name.txt"
+  rc=${PIPESTATUS[0]}
+  ls -l "$json" 2>/dev/null || echo "no $json written"
   return "$rc"
+}
+
+s_mps() { # start|stop: the CUDA MPS control daemon, where this machine allows it
+  case "$1" in
+    start)
+      if [ "$TRY_MPS" != 1 ]; then echo "GPU_WINDOW_MPS=$TRY_MPS: MPS not tried"; return "$SKIP_RC"; fi
+      if ! command -v nvidia-cuda-mps-control >/dev/null; then
+        echo "nvidia-cuda-mps-control is not on PATH: no MPS figures"
+        return "$SKIP_RC"
+      fi
+      nvidia-smi --query-gpu=compute_mode --format=csv 2>/dev/null
+      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+      if ! nvidia-cuda-mps-control -d; then
+        echo "nvidia-cuda-mps-control -d failed: MPS not allowed here"
+        return "$SKIP_RC"
+      fi
+      sleep 1
+      # the server starts with the first client; the control daemon answers now if it runs
+      if ! echo get_server_list | timeout 10 nvidia-cuda-mps-control; then
+        echo "the MPS control daemon does not answer: stopping it"
+        echo quit | timeout 10 nvidia-cuda-mps-control
+        return "$SKIP_RC"
+      fi
+      date -u +%Y-%m-%dT%H:%M:%SZ >"$MPS_FLAG"
+      echo "MPS control daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
+      ;;
+    stop)
+      if [ ! -f "$MPS_FLAG" ]; then echo "MPS was not started"; return "$SKIP_RC"; fi
+      echo quit | timeout 20 nvidia-cuda-mps-control
+      rm -f "$MPS_FLAG"
+      sleep 1
+      if pgrep -x nvidia-cuda-mps-control >/dev/null; then echo "the MPS daemon is still running"; return 1; fi
+      echo "MPS stopped"; tail -n 5 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null
+      ;;
+    *) echo "s_mps: $1?"; return 2 ;;
+  esac
+}
+
+s_merge() { # every bench JSON into $OUT/bench.json, every bench table into $OUT/figures.txt
+  "$PY" - "$BENCH_DIR" "$OUT/bench.json" <<'PY' || return 1
+import glob, json, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+runs = {}
+for path in sorted(glob.glob(os.path.join(src, "*.json"))):
+    try:
+        with open(path) as f:
+            runs[os.path.basename(path)[:-5]] = json.load(f)
+    except (OSError, ValueError) as exc:
+        runs[os.path.basename(path)[:-5]] = {"error": str(exc)}
+with open(dst, "w") as f:
+    json.dump(runs, f, indent=1)
+print(f"{dst}: {len(runs)} run(s): {', '.join(runs) or 'none'}")
+PY
+  {
+    echo "GPU window bench tables, $(date -u +%Y-%m-%dT%H:%M:%SZ); GPU: $(nvidia-smi -L 2>/dev/null | sed -n 1p)"
+    local t
+    for t in "$BENCH_DIR"/*.txt; do
+      [ -f "$t" ] || continue
+      printf '\n===== %s =====\n' "$(basename "$t" .txt)"
+      grep -aE '^(gpu|gpu_cost|op |all_|broadcast|reached|NOT reached|bench done)' "$t" || tail -n 20 "$t"
+    done
+  } >"$OUT/figures.txt"
+  echo "$OUT/figures.txt: $(wc -l <"$OUT/figures.txt") lines"
+}
+
+s_owed() { # NP: what earlier windows owe, by name, staged (see the usage)
+  use_path staged || return 1
+  export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+  local -a ids=(
+    "tests/gpu/test_collectives_gpu.py::test_a_torch_tensor_written_on_torchs_side_stream_is_read_after_that_work"
+    "tests/gpu/test_paths_gpu.py"
+  )
+  local -a sel=(-k "torchs_side_stream or each_rank_holding or issue_case or still_pipeline or host_then_device or each_ranks_kind")
+  if [ -f tests/gpu/test_torch_backend_gpu.py ]; then
+    ids+=(tests/gpu/test_torch_backend_gpu.py)
+    sel=(-k "${sel[1]} or torch_backend_gpu")
+  else
+    echo "tests/gpu/test_torch_backend_gpu.py does not exist: the torch backend's CUDA tests are not run"
+  fi
+  "$MPIEXEC" "${MPIFLAGS[@]}" -n "$1" "$PYV" -m mpi4py -m pytest --with-mpi -m gpu "${ids[@]}" "${sel[@]}" \
+    --timeout "$PYTEST_TIMEOUT" --timeout-method thread --color=no -p no:cacheprovider -rA -q \
+    -p pytest_mpi -p pytest_timeout -p _hypothesis_pytestplugin
 }
 
 # ============================== the runner ==============================
@@ -360,9 +494,10 @@ step() {
   case "$rc" in
     0) status=PASS ;;
     124 | 137) status=TIMEOUT ;;
+    "$SKIP_RC") status=SKIP ;;
     *) status=FAIL ;;
   esac
-  if [ "$1" = s_test ] || [ "$1" = s_cpu ]; then
+  if [ "$1" = s_test ] || [ "$1" = s_cpu ] || [ "$1" = s_owed ]; then
     # pytest's closing lines, one per rank (the same on every rank when all went well)
     pytest=$(grep -aE '^(=+ )?(no tests ran|[0-9]+ [a-z]+)[^=]* in [0-9.]+s( \([0-9:]+\))?( =+)?$' "$log" |
       sed -E 's/^=+ //; s/ =+$//; s/ in [0-9.]+s( \([0-9:]+\))?$//' | sort | uniq -c |
@@ -371,9 +506,9 @@ step() {
       status=EMPTY
     fi
   fi
-  [ "$status" = PASS ] || FAILED=$((FAILED + 1))
+  [ "$status" = PASS ] || [ "$status" = SKIP ] || FAILED=$((FAILED + 1))
   printf '%s rc=%s %ss\n' "$status" "$rc" "$secs"
-  if [ "$status" != PASS ]; then
+  if [ "$status" != PASS ] && [ "$status" != SKIP ]; then
     echo "   last lines of $name (whole log in \$OUT/$phase.log):"
     tail -n 15 "$log" | sed 's/^/   | /'
   fi
@@ -385,8 +520,8 @@ step() {
 }
 
 n_setup=6
-n_test=$((2 * ${#NPS[@]} + 2 + (CPU_SUITE == 1 ? 1 : 0)))
-n_bench=2
+n_test=$((1 + 2 * ${#NPS[@]} + 2 + (CPU_SUITE == 1 ? 1 : 0)))
+n_bench=8
 
 phase_setup() {
   step setup probe 60 s_probe
@@ -399,9 +534,10 @@ phase_setup() {
 
 phase_test() {
   local np
+  step test owed-np2 90 s_owed 2
   for np in "${NPS[@]}"; do
-    step test "test-staged-np$np" 150 s_test staged "$np"
-    step test "test-direct-np$np" 150 s_test direct "$np"
+    step test "test-staged-np$np" 100 s_test staged "$np"
+    step test "test-direct-np$np" 100 s_test direct "$np"
   done
   step test demo-staged 40 s_demo staged
   step test demo-direct 40 s_demo direct
@@ -409,11 +545,37 @@ phase_test() {
 }
 
 phase_bench() {
-  step bench bench-staged 120 s_bench staged
-  step bench bench-direct 120 s_bench direct
+  # one rank on the GPU: the small-call costs users with one GPU per rank see
+  step bench bench-small-np1 70 s_bench staged 1 gpu_cost,gpu small-np1
+  step bench bench-staged 60 s_bench staged 2 gpu staged
+  step bench bench-direct 60 s_bench direct 2 gpu direct
+  step bench mps-start 20 s_mps start
+  step bench bench-staged-mps 60 s_bench staged 2 gpu staged-mps mps
+  step bench bench-direct-mps 60 s_bench direct 2 gpu direct-mps mps
+  step bench mps-stop 20 s_mps stop
+  step bench merge 15 s_merge
 }
 
-usage() { sed -n '2,33p' "$SELF"; }
+plan() { # the steps, their wanted timeouts, and whether each function exists
+  local missing=0 fn
+  for fn in s_probe s_venv s_info s_smoke s_owed s_test s_demo s_cpu s_bench s_mps s_merge pyprobe; do
+    if declare -F "$fn" >/dev/null; then echo "ok       $fn"; else echo "MISSING  $fn"; missing=1; fi
+  done
+  step() { printf '%-7s %-20s want %4ss: %s\n' "$1" "$2" "$3" "${*:4}"; }
+  phase_setup
+  phase_test
+  phase_bench
+  echo "steps: $((n_setup + n_test + n_bench)); budget ${BUDGET_S}s; MPS: $(command -v nvidia-cuda-mps-control || echo 'not here')"
+  for t in tests/gpu/test_collectives_gpu.py tests/gpu/test_paths_gpu.py tests/mpi/test_gpu_mixed_kinds.py \
+    tests/gpu/test_torch_backend_gpu.py; do
+    if [ -f "$t" ]; then echo "present  $t"; else echo "absent   $t"; fi
+  done
+  grep -q 'def test_a_torch_tensor_written_on_torchs_side_stream_is_read_after_that_work' \
+    tests/gpu/test_collectives_gpu.py || { echo "MISSING the side-stream test"; missing=1; }
+  return "$missing"
+}
+
+usage() { sed -n '2,52p' "$SELF"; }
 
 case "$COMMAND" in
   _do)
@@ -424,11 +586,15 @@ case "$COMMAND" in
     esac
     ;;
   setup | test | bench | all) ;;
+  plan) plan; exit $? ;;
   -h | --help | help) usage; exit 0 ;;
   *) usage >&2; exit 2 ;;
 esac
 
 mkdir -p "$OUT" "$LOGS"
+rm -rf "$BENCH_DIR" "$MPS_FLAG"
+# MPS must not outlive the window, whatever stops it (a step's own mps-stop is the normal way)
+trap 'if [ -f "$MPS_FLAG" ]; then echo quit | timeout 20 nvidia-cuda-mps-control; rm -f "$MPS_FLAG"; fi' EXIT
 need_setup=0
 if [ "$COMMAND" = setup ] || [ "$COMMAND" = all ] ||
   [ ! -f "$WORK/venv-mpich/gpu-env.sh" ] || [ ! -f "$WORK/venv-ompi/gpu-env.sh" ]; then
@@ -444,9 +610,9 @@ DEADLINE=$((SECONDS + BUDGET_S))
 
 echo "scripts/gpu-window.sh $COMMAND: $STEPS_LEFT steps within ${BUDGET_S}s; logs and summary in $OUT"
 echo "expected: setup ~1 min (probe 5 s, 2 offline venvs ~15 s each, mpicomm info and the smoke ~10 s each)"
-echo "          test  ~3-5 min (staged and direct at ${NPS[*]} ranks, ~30-60 s each, at most 150 s each)"
-echo "          bench ~2-3 min (staged and direct at 2 ranks, at most 120 s each)"
-echo "          all   ~6-9 min; every step's timeout is cut to end within ${BUDGET_S}s"
+echo "          test  ~3-5 min (owed tests ~30 s; staged and direct at ${NPS[*]} ranks, ~30-60 s each, at most 100 s)"
+echo "          bench ~3 min (1 rank ~40 s; staged and direct at 2 ranks, without and with MPS, ~30 s each)"
+echo "          all   ~7-9 min; every step's timeout is cut to end within ${BUDGET_S}s"
 if [ "$need_setup" = 1 ] && [ "$COMMAND" != setup ] && [ "$COMMAND" != all ]; then
   echo "the venvs in $WORK are missing (a fresh machine): running setup first"
 fi
