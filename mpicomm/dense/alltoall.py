@@ -141,7 +141,8 @@ def all_to_all_single(
         output_split_sizes: Rows to receive from each group rank.
         input_split_sizes: Rows to send to each group rank.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work instead of blocking.
+        async_op: Return a Work, complete on return: the MPI call is the blocking one
+            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.

@@ -153,7 +153,8 @@ def all_gather_into_tensor(
         output_tensor: Writeable array of ``W * input_tensor.size`` elements, any layout.
         input_tensor: This rank's contribution; the same size on every rank.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work instead of blocking.
+        async_op: Return a Work, complete on return: the MPI call is the blocking one
+            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.
@@ -289,7 +290,8 @@ def gather(
             empty) elsewhere.
         dst: World rank of the destination (default: group rank 0).
         group: The process group; ``None`` for the world.
-        async_op: Return a Work instead of blocking.
+        async_op: Return a Work, complete on return: the MPI call is the blocking one
+            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
         group_dst: The destination as a rank of ``group``.
 
     Returns:

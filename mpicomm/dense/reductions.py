@@ -87,7 +87,8 @@ def all_reduce(
             copied back), the same shape and dtype on every rank.
         op: The reduction (see :class:`~mpicomm.ReduceOp`).
         group: The process group; ``None`` for the world.
-        async_op: Return a :class:`~mpicomm.Work` instead of blocking.
+        async_op: Return a Work, complete on return: the MPI call is the blocking one
+            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.
@@ -192,7 +193,8 @@ def reduce(
         dst: World rank of the destination (default: group rank 0).
         op: The reduction.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work instead of blocking.
+        async_op: Return a Work, complete on return: the MPI call is the blocking one
+            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
         group_dst: The destination as a rank of ``group`` (instead of ``dst``).
 
     Returns:
@@ -273,7 +275,8 @@ def broadcast(
         tensor: Data on the source, output elsewhere; same shape and dtype on every rank.
         src: World rank of the source (default: group rank 0).
         group: The process group; ``None`` for the world.
-        async_op: Return a Work instead of blocking.
+        async_op: Return a Work, complete on return: the MPI call is the blocking one
+            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
         group_src: The source as a rank of ``group`` (instead of ``src``).
 
     Returns:
@@ -515,7 +518,8 @@ def reduce_scatter_tensor(
         input: W times the size of ``output``; not modified.
         op: The reduction.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work instead of blocking.
+        async_op: Return a Work, complete on return: the MPI call is the blocking one
+            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.
