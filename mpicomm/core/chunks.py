@@ -30,6 +30,7 @@ import numpy as np
 from .. import _mpi
 from ..errors import ArgumentError
 from ..sizes import parse_size
+from . import cmpi
 
 __all__ = [
     "CHUNK_ENV_VAR",
@@ -186,7 +187,9 @@ def split(comm: Any, mine: bool) -> bool:
         _ASKED.answered = False
         return False
     flag = np.array([1 if mine else 0], np.int32)
-    comm.Allreduce(_mpi.MPI.IN_PLACE, [flag, _mpi.MPI.INT], _mpi.MPI.MIN)
+    mpi = _mpi.MPI
+    if cmpi.allreduce(flag, mpi.INT, mpi.MIN, comm) is NotImplemented:  # C where bound: ~1 us less
+        comm.Allreduce(mpi.IN_PLACE, [flag, mpi.INT], mpi.MIN)
     return bool(flag[0])
 
 
