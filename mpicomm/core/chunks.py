@@ -61,7 +61,7 @@ def chunk_bytes(env: Mapping[str, str] | None = None) -> int:
 
     The value is a byte count with an optional binary unit: ``1048576``, ``512K``, ``4M``, ``4MiB``,
     ``1G`` (case does not matter). This reads the environment now; the calls use the value
-    :func:`reload` kept.
+    ``reload()`` kept.
 
     Args:
         env: The environment to read; ``None`` for ``os.environ``.
