@@ -13,7 +13,7 @@
   rendezvous behind ``env://`` and ``mpicomm://`` (rank 0's TCPStore, its port sent over MPI).
 - ``work``: the completed and pending ``Work`` handles that group returns.
 
-May import: the front door (``mpicomm.front``), the data paths (``mpicomm.dense``, ...),
+May import: the front door (``mpicomm.front``), the dense data path (``mpicomm.dense``),
 ``mpicomm.core``, ``mpicomm.errors``, and torch (lazily, in the modules that need it: importing
 :mod:`mpicomm` imports neither torch nor cupy). Nothing below it imports it: only
 ``mpicomm/__init__.py``, :mod:`mpicomm.torch` and the programs in ``mpicomm.apps``.
