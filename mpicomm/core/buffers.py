@@ -30,6 +30,7 @@ __all__ = [
     "datatype",
     "displacements",
     "message",
+    "packs",
     "recv_message",
     "row_message",
     "send_view",
@@ -153,29 +154,67 @@ def _make_datatype(dtype: np.dtype[Any]) -> Any:
     return dt
 
 
-def message(x: np.ndarray) -> list[Any]:
-    """The mpi4py buffer specification that sends ``x`` as it lies, whatever its strides.
+#: Point-to-point messages of a strided view up to this many bytes are packed (a contiguous copy sent,
+#: or received and copied back): with MPICH 5 on shared memory a derived datatype cost 2-20x
+#: "np.ascontiguousarray + contiguous call + copy back" from 64 B to 16 MiB (docs/halo.rst), packing
+#: 0.6-1x. Larger ones, and views of long contiguous runs (:data:`RUN_LIMIT`), which MPI moves as
+#: block copies, go through a derived datatype, committed once per layout (:mod:`layouts`). The C
+#: calls (``mpicomm.core.cmpi``) apply the same two limits, packing into memory kept per thread.
+PACK_LIMIT = 1 << 26
+#: Contiguous bytes per run from which a strided view is left to a derived datatype.
+RUN_LIMIT = 1 << 16
+
+
+def packs(x: np.ndarray) -> bool:
+    """Whether a strided ``x`` is better packed than described by a datatype (size and layout).
 
     Example:
         >>> import numpy as np
+        >>> packs(np.zeros((264, 66))[:, 0]), packs(np.zeros((4, 20000))[:, :-1])
+        (True, False)
+    """
+    if x.nbytes > PACK_LIMIT:
+        return False
+    run = x.itemsize
+    for n, s in zip(reversed(x.shape), reversed(x.strides), strict=True):
+        if n > 1 and s != run:
+            break
+        run *= n
+    return run < RUN_LIMIT
+
+
+def message(x: np.ndarray, pack: bool = False) -> list[Any]:
+    """The mpi4py buffer specification that sends ``x`` as it lies, whatever its strides.
+
+    With ``pack`` (point-to-point calls), a strided ``x`` that :func:`packs` travels as a
+    contiguous copy instead of through a derived datatype.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> _ = mpicomm.init()
         >>> len(message(np.zeros((3, 4))[:, 0]))  # [memory, 1, derived datatype]
         3
+        >>> message(np.zeros((3, 4))[:, 0], pack=True)[0].flags.c_contiguous
+        True
     """
     if x.flags.c_contiguous or x.size == 0:
         return [x, datatype(x.dtype)]
+    if pack and packs(x):
+        return [np.ascontiguousarray(x), datatype(x.dtype)]
     return layouts.whole(x, datatype(x.dtype), readonly=True)
 
 
-def recv_message(x: np.ndarray) -> tuple[list[Any], Post]:
+def recv_message(x: np.ndarray, pack: bool = False) -> tuple[list[Any], Post]:
     """The buffer specification to receive into ``x``, and what to do once the message has landed.
 
     A C-contiguous or regularly strided ``x`` is written in place (the second item is None); a layout
-    whose elements overlap is received into a temporary that the second item copies back.
+    whose elements overlap, or with ``pack`` a view that :func:`packs`, is received into a temporary
+    that the second item copies back.
     """
     dt = datatype(x.dtype)
     if x.flags.c_contiguous or x.size == 0:
         return [x, dt], None
-    if layouts.regular(x):
+    if layouts.regular(x) and not (pack and packs(x)):
         return layouts.whole(x, dt, readonly=False), None
     tmp = np.empty(x.shape, x.dtype)
     return [tmp, dt], _copy_back(x, tmp)

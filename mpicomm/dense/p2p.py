@@ -115,7 +115,7 @@ def send(
         return None
     x = check_array(tensor, fn, "tensor")
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
-    g.comm.Send(message(x), peer, _tag(g, tag, fn))
+    g.comm.Send(message(x, pack=True), peer, _tag(g, tag, fn))
     return None
 
 
@@ -181,7 +181,7 @@ def recv(
     x = check_output(tensor, fn, "tensor")
     peer = _peer(g, src, group_src, fn, "src", any_ok=True)
     status = _mpi.MPI.Status()
-    msg, post = recv_message(x)
+    msg, post = recv_message(x, pack=True)
     g.comm.Recv(msg, peer, _tag(g, tag, fn), status)
     if post is not None:
         post()
@@ -218,7 +218,7 @@ def isend(
         return None
     x = check_array(tensor, fn, "tensor")
     peer = _peer(g, dst, group_dst, fn, "dst", any_ok=False)
-    msg = message(x)
+    msg = message(x, pack=True)
     req = g.comm.Isend(msg, peer, _tag(g, tag, fn))
     return Work([req], keep=(x, msg), fn="isend")
 
@@ -257,7 +257,7 @@ def irecv(
         return None
     x = check_output(tensor, fn, "tensor")
     peer = _peer(g, src, group_src, fn, "src", any_ok=True)
-    msg, post = recv_message(x)
+    msg, post = recv_message(x, pack=True)
     req = g.comm.Irecv(msg, peer, _tag(g, tag, fn))
     return Work(
         [req],
@@ -404,9 +404,9 @@ def _sendrecv(
         stag = 0 if sendtag is None else _tag(g, sendtag, fn, "sendtag")
         rtag = any_tag if recvtag is None or recvtag == any_tag else _tag(g, recvtag, fn, "recvtag")
     status = _mpi.MPI.Status()
-    msg, post = recv_message(y)
-    g.comm.Sendrecv(message(x), to, stag, msg, frm, rtag, status)
-    if post is not None:
+    msg, post = recv_message(y, pack=True)
+    g.comm.Sendrecv(message(x, pack=True), to, stag, msg, frm, rtag, status)
+    if post is not None and frm != null:  # from MPI_PROC_NULL nothing came: the temporary is not data
         post()
     return -1 if frm == null else g.ranks[status.Get_source()]
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import mpicomm
-from mpicomm.core import layouts
+from mpicomm.core import buffers, layouts
 
 SENTINEL = -7.0
 
@@ -276,3 +276,89 @@ def test_datatype_cache_stays_bounded_and_results_stay_right(world, rng):
     got = np.full((3, 2), SENTINEL)
     mpicomm.sendrecv(xs[r], got[:, 1], dst=(r + 1) % w, src=(r - 1) % w)
     np.testing.assert_array_equal(got[:, 1], xs[(r - 1) % w])
+
+
+# ---------------------------------------------------------------- halos: packed or by datatype (issue 33)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("rows", [8, 264, 40_000])  # 64 B to 320 KiB of ghost column
+@pytest.mark.parametrize("width", [3, 66])
+def test_ghost_columns_both_ways_on_a_line(world, rng, rows, width):
+    """The 1-D domain decomposition by columns: each rank owns a block of columns with one ghost column
+    each side; after the two exchanges every block equals its slice of the global padded array."""
+    w, r = world.size(), world.rank()
+    inner = width - 2
+    glob = data(rng, rows, w * inner)
+    padded = np.full((rows, w * inner + 2), SENTINEL)
+    padded[:, 1:-1] = glob
+    u = np.full((rows, width), SENTINEL)
+    u[:, 1:-1] = glob[:, r * inner : (r + 1) * inner]
+    left = r - 1 if r > 0 else None
+    right = r + 1 if r < w - 1 else mpi_proc_null()
+    assert mpicomm.sendrecv(u[:, -2], u[:, 0], dst=right, src=left, tag=21) == (-1 if left is None else left)
+    assert mpicomm.sendrecv(u[:, 1], u[:, -1], dst=left, src=right, tag=22) == (r + 1 if r < w - 1 else -1)
+    np.testing.assert_array_equal(u, padded[:, r * inner : r * inner + width])
+
+
+def mpi_proc_null() -> int:
+    from mpi4py import MPI
+
+    return int(MPI.PROC_NULL)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("layout", ["every-other", "transposed", "column", "reversed"])
+def test_blocking_send_recv_of_strided_views_in_place(world, rng, layout):
+    """send and recv of a strided view (packed by the C calls, or by datatype without them)."""
+    w, r = world.size(), world.rank()
+    msgs = data(rng, w, 6, 5)
+    base, got = strided(layout, (6, 5))
+    if r == 0:
+        mpicomm.send(laid_out(layout, msgs[0]), dst=1, tag=23)
+        assert mpicomm.recv(got, src=1, tag=24) == 1
+        check(layout, base, got, msgs[1])
+    elif r == 1:
+        assert mpicomm.recv(got, src=0, tag=23) == 0
+        check(layout, base, got, msgs[0])
+        mpicomm.send(laid_out(layout, msgs[1]), dst=0, tag=24)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_long_runs_go_by_a_cached_datatype(world, rng):
+    """A view of long contiguous runs (a block without its last column) travels by derived datatype,
+    made and committed once for its layout: repeated calls make no new datatype."""
+    w, r = world.size(), world.rank()
+    n = 9000  # 72 KB runs of float64: past RUN_LIMIT
+    msgs = data(rng, w, 3, n)
+    base = np.full((3, n + 1), SENTINEL)
+    got = base[:, :-1]
+    assert not buffers.packs(got)
+    for i in range(3):
+        send = np.full((3, n + 1), SENTINEL)
+        send[:, :-1] = msgs[r] + i
+        mpicomm.sendrecv(send[:, :-1], got, dst=(r + 1) % w, src=(r - 1) % w, tag=25)
+        np.testing.assert_array_equal(got, msgs[(r - 1) % w] + i)
+        assert (base[:, -1] == SENTINEL).all()
+        if i == 0:
+            made = layouts.cached()
+    assert layouts.cached() == made
+
+
+@pytest.mark.mpi(min_size=1)
+def test_overlapping_strided_buffers_are_refused(world):
+    u = np.zeros((6, 4))
+    with pytest.raises(mpicomm.ArgumentError, match=r"^sendrecv: tensor overlaps recv_tensor"):
+        mpicomm.sendrecv(u[::2, 0], u[:, 0], dst=0, src=0)
+    with pytest.raises(mpicomm.ArgumentError, match=r"^sendrecv: tensor overlaps recv_tensor"):
+        mpicomm.sendrecv(u.T[0], u[:, 0], dst=0, src=0)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_the_pack_choice_by_size_and_layout():
+    assert buffers.packs(np.zeros((264, 66))[:, 0])  # a ghost column
+    assert buffers.packs(np.zeros((64, 64))[:, ::2])
+    assert buffers.packs(np.zeros((64, 64)).T)
+    assert not buffers.packs(np.zeros((4, 20000))[:, :-1])  # 160 KB runs: a datatype moves them
+    big = np.lib.stride_tricks.as_strided(np.zeros(1), shape=((buffers.PACK_LIMIT // 8) + 1,), strides=(0,))
+    assert not buffers.packs(big)  # past the limit: no temporary that large
