@@ -2,7 +2,7 @@
 
 An exchange of several messages (the list collectives' pairwise exchange) that fails reports only
 ``MPI_ERR_IN_STATUS`` ("See the MPI_ERROR field in MPI_Status"): the error of each request is in
-its own status. :func:`waitall` and :func:`testall` wait on the requests of such an exchange
+its own status. :func:`waitall` and :func:`all_done` wait on the requests of such an exchange
 (:class:`Posted`, which records each request's peer and size) and, on failure, keep the statuses on
 the exception; the C exchange (``mpicomm.core._cmpi``) keeps its raw statuses the same way.
 :func:`describe` turns them into the failing request's own error ("the message from group rank 1
@@ -19,7 +19,7 @@ from typing import Any
 from .. import _mpi
 from ..errors import CommunicationError
 
-__all__ = ["Posted", "describe", "testall", "waitall"]
+__all__ = ["Posted", "all_done", "describe", "waitall"]
 
 
 class Posted(list[Any]):
@@ -57,7 +57,7 @@ def waitall(requests: list[Any]) -> None:
     _check_counts(requests, statuses)
 
 
-def testall(requests: list[Any]) -> bool:
+def all_done(requests: list[Any]) -> bool:
     """``MPI_Testall`` of ``requests``, with :func:`waitall`'s errors."""
     MPI = _mpi.MPI
     if type(requests) is not Posted:

@@ -11,7 +11,7 @@ from .. import _mpi
 from ..errors import CommunicationError
 from . import watchdog
 from .future import Future
-from .statuses import describe, testall, waitall
+from .statuses import all_done, describe, waitall
 
 __all__ = ["Work", "mpi_text"]
 
@@ -121,7 +121,7 @@ class Work:
                 if self._status is not None:
                     ready = self._requests[0].Test(self._status)
                 else:
-                    ready = testall(self._requests)
+                    ready = all_done(self._requests)
             except _mpi.MPI.Exception as exc:
                 self._fail(exc)
                 ready = True
