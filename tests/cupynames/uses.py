@@ -30,6 +30,7 @@ CALLS: dict[str, list[tuple[int, tuple[str, ...]]]] = {
     "cupy.cuda.get_current_stream": [(0, ())],
     "cupy.cuda.runtime.memcpyAsync": [(5, ())],
     "cupy.cuda.runtime.getDeviceCount": [(0, ())],
+    "cupy.cuda.runtime.getDevice": [(0, ())],
     "cupy.cuda.PinnedMemory": [(1, ())],
     "cupy.cuda.PinnedMemoryPointer": [(2, ())],
     "cupy.ones": [(2, ())],
