@@ -58,7 +58,7 @@ from .core.groups import (
 )
 from .core.reduce_op import ReduceOp, supports_complex
 from .core.validation import is_validation_enabled, set_validation
-from .core.work import Work
+from .core.work import Work, wait_all
 from .dense.batch import P2POp
 from .dense.reductions import barrier
 from .dense.sync import monitored_barrier
@@ -224,4 +224,5 @@ __all__ = [
     "set_safe_unpickling",
     "set_validation",
     "supports_complex",
+    "wait_all",
 ]

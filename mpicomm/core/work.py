@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _mpi
-from ..errors import CommunicationError
+from ..errors import ArgumentTypeError, CommunicationError
 from . import watchdog
 from .future import Future
 from .statuses import all_done, describe, waitall
 
-__all__ = ["Work", "mpi_text"]
+__all__ = ["Work", "mpi_text", "wait_all"]
 
 
 class Work:
@@ -202,6 +202,112 @@ def mpi_text(exc: BaseException) -> str:
         return str(text()) if text is not None else str(exc)
     except Exception:
         return str(exc)
+
+
+def wait_all(
+    works: list[Work | None] | tuple[Work | None, ...], timeout: datetime.timedelta | float | None = None
+) -> bool:
+    """Wait until every operation of ``works`` has completed (MPI's ``MPI_Waitall``), then return True.
+
+    The halo codes' idiom: post every ``irecv`` and ``isend`` of a step, then wait for all of them at
+    once. ``None`` entries (a call on a rank outside its group returns None) are skipped. Every
+    operation is completed before any error is raised, as MPI's Waitall does: the first failed
+    operation's error (in the order of ``works``) is raised once all have finished.
+
+    Args:
+        works: The handles, as ``async_op=True`` calls, ``isend``/``irecv`` and ``batch_isend_irecv``
+            return them.
+        timeout: A ``timedelta`` or seconds: raise if they have not all completed by then (they stay
+            posted, and a later wait can complete them).
+
+    Returns:
+        True.
+
+    Raises:
+        ArgumentTypeError: ``works`` is not a list or tuple, or an entry is neither a Work nor None
+            (checked before any wait).
+        CommunicationError: an operation failed (its own error), or ``timeout`` passed.
+
+    Example:
+        >>> import numpy as np, mpicomm
+        >>> w, r = mpicomm.get_world_size(), mpicomm.get_rank()
+        >>> got = np.zeros(1)
+        >>> works = [mpicomm.all_reduce(np.ones(1), async_op=True), None]
+        >>> if w > 1:
+        ...     works += [mpicomm.irecv(got, src=(r - 1) % w), mpicomm.isend(np.ones(1), dst=(r + 1) % w)]
+        >>> mpicomm.wait_all(works)
+        True
+    """
+    if not isinstance(works, (list, tuple)):
+        raise ArgumentTypeError(f"wait_all: works is a {type(works).__qualname__}; expected a list of Works")
+    for i, work in enumerate(works):
+        if work is not None and not isinstance(work, Work):
+            raise ArgumentTypeError(
+                f"wait_all: works[{i}] is a {type(work).__module__}.{type(work).__qualname__}; expected an "
+                "mpicomm Work (from an async_op=True call, isend or irecv) or None"
+            )
+    pending = [w for w in works if w is not None and not w._done]
+    if pending:
+        with watchdog.timing(watchdog.WAIT, None, timeout):
+            if timeout is not None:
+                _all_within(pending, timeout)
+            else:
+                _wait_together(pending)
+    for work in works:
+        if work is not None and work._error is not None:
+            raise work._error
+    return True
+
+
+def _wait_together(pending: list[Work]) -> None:
+    """One ``MPI_Waitall`` over the plain Works' requests; Works with their own completion wait alone."""
+    MPI = _mpi.MPI
+    plain = [w for w in pending if type(w) is Work and type(w._requests) is list]
+    requests = [rq for w in plain for rq in w._requests]
+    statuses = [MPI.Status() for _ in requests]
+    failure: Any = None
+    try:
+        MPI.Request.Waitall(requests, statuses)
+    except MPI.Exception as exc:
+        failure = exc
+    at = 0
+    for work in plain:
+        mine = statuses[at : at + len(work._requests)]
+        at += len(work._requests)
+        if failure is not None:
+            if failure.Get_error_class() != MPI.ERR_IN_STATUS:
+                work._fail(failure)  # the call as a whole failed: no status says which request
+                continue
+            errors = [st.Get_error() for st in mine]
+            bad = next((e for e in errors if e not in (MPI.SUCCESS, MPI.ERR_PENDING)), None)
+            if bad is not None:
+                work._fail(MPI.Exception(bad))
+                continue
+            if MPI.ERR_PENDING in errors:
+                work._wait()  # not completed by the failed Waitall: on its own
+                continue
+        if work._status is not None:
+            work._status = mine[0]  # the receive's status, as Work.wait would have filled it
+        work._complete()
+    for work in pending:
+        if not work._done:
+            work._wait()  # a Work of its own kind (staged, an exchange that checks its messages)
+
+
+def _all_within(pending: list[Work], timeout: datetime.timedelta | float) -> None:
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+    deadline = time.monotonic() + seconds
+    while True:
+        left = [w for w in pending if not w.is_completed()]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise CommunicationError(
+                f"wait_all: {len(left)} of {len(pending)} operations did not complete within {seconds:g} s "
+                f"(the first: {left[0]._name()}); expected every rank of their groups to take part (Timed "
+                "out; they stay posted, so their arrays stay in use and a later wait can complete them)"
+            )
+        time.sleep(0.0005)
 
 
 def completed(result: list[Any] | None = None) -> Work:
