@@ -49,12 +49,13 @@ def waitall(requests: list[Any]) -> None:
         MPI.Request.Waitall(requests)
         return
     statuses = [MPI.Status() for _ in requests]
+    live = [bool(r) for r in requests]  # a request completed before (a Work waited twice) says nothing
     try:
         MPI.Request.Waitall(requests, statuses)
     except MPI.Exception as exc:
         _keep(exc, requests, statuses)
         raise
-    _check_counts(requests, statuses)
+    _check_counts(requests, statuses, live)
 
 
 def all_done(requests: list[Any]) -> bool:
@@ -63,13 +64,14 @@ def all_done(requests: list[Any]) -> bool:
     if type(requests) is not Posted:
         return bool(MPI.Request.Testall(requests))
     statuses = [MPI.Status() for _ in requests]
+    live = [bool(r) for r in requests]
     try:
         ready = bool(MPI.Request.Testall(requests, statuses))
     except MPI.Exception as exc:
         _keep(exc, requests, statuses)
         raise
     if ready:
-        _check_counts(requests, statuses)
+        _check_counts(requests, statuses, live)
     return ready
 
 
@@ -81,10 +83,10 @@ def _keep(exc: Any, requests: Posted, statuses: list[Any]) -> None:
         pass
 
 
-def _check_counts(requests: Posted, statuses: list[Any]) -> None:
+def _check_counts(requests: Posted, statuses: list[Any], live: list[bool]) -> None:
     byte = _mpi.MPI.BYTE
-    for (peer, receive, want), status in zip(requests.posted, statuses, strict=True):
-        if receive:
+    for (peer, receive, want), status, was in zip(requests.posted, statuses, live, strict=True):
+        if receive and was:
             got = status.Get_count(byte)
             if got != want:
                 raise CommunicationError(f"{requests.fn}: {_short(peer, got, want)}")
