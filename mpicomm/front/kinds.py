@@ -11,7 +11,7 @@ caller's array                             kind        what the data paths get
 ``numpy.ndarray``                          ``numpy``   the array itself
 torch CPU tensor                           ``torch``   a zero-copy numpy view by address (``bfloat16``
                                                        through ``ml_dtypes``; the storage stays
-                                                       resizable, see :func:`cpu_view`)
+                                                       resizable, see ``cpu_view``)
 torch CUDA tensor                          ``torch``   a zero-copy device array (the backend's)
 cupy array                                 ``cupy``    the array itself
 object with ``__cuda_array_interface__``   ``cuda``    a zero-copy device array
