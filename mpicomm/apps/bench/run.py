@@ -65,6 +65,7 @@ from .harness import (
 from .jagged import _jagged, jagged_realistic, realistic_lines
 from .objects import objects_lines, objects_report
 from .report import HEAD, WIDTHS, line, row, table, target, target_lines
+from .torch_backend import torch_backend, torch_backend_lines
 from .torch_cost import torch_cost, torch_cost_lines
 
 __all__ = ["main"]
@@ -151,13 +152,15 @@ REPORTS = {
     "gpu": "cupy collectives vs raw mpi4py and the pinned-copy bound (needs a GPU; --device cuda)",
     "gpu_cost": "a small staged call vs its copies, events and MPI call by hand (cupy, or the fake cupy)",
     "torch_cost": "what a torch CPU tensor adds to a 1 MiB call, caches warm and cold (rank 0, needs torch)",
+    "torch_backend": "dist.all_reduce on backend mpicomm vs gloo vs mpicomm direct; DDP steps (needs torch)",
 }
 
 #: The reports run by default: all but the GPU one, which needs cupy and a GPU (and torch_cost without torch).
 CPU_REPORTS = [
     k
     for k in REPORTS
-    if k not in ("gpu", "gpu_cost") and (k != "torch_cost" or importlib.util.find_spec("torch") is not None)
+    if k not in ("gpu", "gpu_cost", "torch_backend")  # torch_backend (DDP steps, minutes): asked by name
+    and (k != "torch_cost" or importlib.util.find_spec("torch") is not None)
 ]
 
 
@@ -329,6 +332,8 @@ def report(
         print("\n" + cost_lines(extra["gpu_cost"]), flush=True)
     if "torch_cost" in extra:
         print("\n" + torch_cost_lines(extra["torch_cost"]), flush=True)
+    if "torch_backend" in extra:
+        print("\n" + torch_backend_lines(extra["torch_backend"]), flush=True)
     if args.json:
         settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
         doc = {
@@ -377,6 +382,7 @@ REPORT_RUNS: dict[str, Callable[[MPI.Intracomm, Env, argparse.Namespace], dict[s
     "gpu": gpu_report,
     "gpu_cost": cost_report,
     "torch_cost": torch_cost,
+    "torch_backend": torch_backend,
 }
 
 

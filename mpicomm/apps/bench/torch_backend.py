@@ -1,0 +1,329 @@
+"""The bench's "torch_backend" report: torch.distributed on the registered backend against gloo and mpicomm.
+
+Issue 32's speed goals for ``dist.init_process_group("mpicomm")`` (``import mpicomm.torch``):
+
+* ``dist.all_reduce`` through the backend adds at most 3 us to mpicomm called directly at 8 B, and at
+  most 5% from 1 MiB, and is at least 30x faster than gloo at 8 B;
+* a DDP step (the 265k-parameter MLP, a 25M-parameter MLP) takes at most 0.8x gloo's time.
+
+Every rank starts torch's default group on mpicomm and a gloo group of the same ranks (on the store
+the MPI rendezvous made). Per size it times, on one shared float32 tensor, interleaved as the sweep
+does (calibrated samples, alternating order, the quiet gate; max over ranks): ``mpicomm.all_reduce``
+(``direct``), ``pg.allreduce([t], opts)`` (the backend without torch's Python wrapper: ``pg``),
+``dist.all_reduce`` on the backend (``backend``) and on gloo (``gloo``). At 8 B it also times torch's
+wrapper alone: ``dist.all_reduce`` on a group whose ``allreduce`` does nothing, less that
+``allreduce`` called by hand; so what the backend adds splits into torch's part and ours.
+
+The DDP part times whole training steps (forward, backward with DDP's bucketed all_reduce, SGD)
+of each model on mpicomm, on gloo, and on mpicomm with a progress thread: a comm hook hands each
+bucket's blocking all_reduce to one worker thread (MPI releases the GIL), so that backward goes on
+meanwhile. That is the overlap experiment: the backend keeps the plain path unless the thread wins.
+Before timing, one step of each (same seed) is checked: every gradient equal to gloo's.
+
+Example::
+
+    mpiexec -n 2 python -m mpi4py -m mpicomm.bench --ops torch_backend --rounds 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import mpicomm
+
+from ... import _mpi
+from .harness import Env, _data, _timed, calibrate, everywhere, fmt_size, quiet_gate
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+__all__ = ["torch_backend", "torch_backend_lines"]
+
+#: Bytes per rank of the all_reduce rows.
+SIZES = (8, 64 << 10, 1 << 20, 16 << 20)
+#: The goals: microseconds added at 8 B, the ratio from 1 MiB, gloo's time over ours at 8 B, DDP's ratio.
+ADD_US, LARGE, GLOO_X, DDP_X = 3.0, 1.05, 30.0, 0.8
+#: The DDP models: name -> (layer widths of the MLP, batch size).
+MODELS: dict[str, tuple[tuple[int, ...], int]] = {
+    "mlp 265k": ((512, 256, 512, 4), 32),  # 264,964 parameters: one ~1 MiB gradient bucket
+    "mlp 25M": ((1024, 4096, 4096, 1024, 10), 8),  # 25,196,554 parameters: several 25 MiB buckets
+}
+#: The all_reduce contenders, in the table's order.
+CASES = ("direct", "pg", "backend", "gloo")
+
+Samples = dict[str, list[float]]
+
+
+def _samples(ctl: MPI.Intracomm, fns: dict[str, Callable[[], object]], args: argparse.Namespace) -> Samples:
+    """Seconds per call of each function, ``args.rounds`` samples each (max over ranks), order alternating."""
+    for fn in fns.values():
+        _timed(ctl, fn, 2)
+    ks = {k: args.iters or calibrate(ctl, fn, args.sample_time) for k, fn in fns.items()}
+    times: Samples = {k: [] for k in fns}
+    for r in range(args.rounds):
+        for k in list(fns) if r % 2 == 0 else list(fns)[::-1]:
+            quiet_gate(ctl, args.gate, args.gate_wait)
+            times[k].append(_timed(ctl, fns[k], ks[k]))
+    return times
+
+
+def _stats(times: Samples) -> dict[str, dict[str, float]]:
+    """Median and minimum seconds per call of each case."""
+    return {k: {"median": statistics.median(v), "min": min(v)} for k, v in times.items()}
+
+
+def _all_reduce_rows(ctl: MPI.Intracomm, e: Env, gloo: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One row per size: each contender's median and min, and whether every contender's sum is right."""
+    import torch
+    import torch.distributed as dist
+
+    pg = dist.group.WORLD
+    world = pg.mpicomm_group  # type: ignore[union-attr]
+    opts: Any = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.SUM
+    opts.asyncOp = False
+    rows = []
+    for size in SIZES:
+        count = size // 4
+        expected = np.sum([_data(count, r) for r in range(e.n)], axis=0)
+        calls: dict[str, Callable[[torch.Tensor], object]] = {
+            "direct": lambda t: mpicomm.all_reduce(t, group=world),
+            "pg": lambda t: pg.allreduce([t], opts),  # type: ignore[union-attr]
+            "backend": dist.all_reduce,
+            "gloo": lambda t: dist.all_reduce(t, group=gloo),
+        }
+        ok = True
+        for call in calls.values():
+            probe = torch.from_numpy(_data(count, e.rank))
+            call(probe)
+            ok = ok and bool(np.array_equal(probe.numpy(), expected))
+        t = torch.zeros(count)  # one tensor for all: separate ones time their placement too
+        fns: dict[str, Callable[[], object]] = {k: partial(c, t) for k, c in calls.items()}
+        times = _samples(ctl, fns, args)
+        rows.append({"size": size, "check": everywhere(ctl, ok), **_stats(times)})
+    return rows
+
+
+def _wrapper(ctl: MPI.Intracomm, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Torch's ``dist.all_reduce`` on a group whose ``allreduce`` does nothing, and that call alone."""
+    import torch
+    import torch.distributed as dist
+
+    from ...c10d.registered import MpicommProcessGroup
+
+    class Null(MpicommProcessGroup):
+        def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
+            return self._blocking
+
+    null = Null(dist.group.WORLD.mpicomm_group, "null")  # type: ignore[union-attr]
+    t, opts = torch.zeros(2), dist.AllreduceOptions()
+    fns = {
+        "dist.all_reduce(null)": lambda: dist.all_reduce(t, group=null),
+        "null.allreduce": lambda: null.allreduce([t], opts),
+        "AllreduceOptions()": dist.AllreduceOptions,
+        "opts.reduceOp": lambda: opts.reduceOp,
+    }
+    return _stats(_samples(ctl, fns, args))
+
+
+class _Progress:
+    """The overlap experiment's comm hook: each bucket's all_reduce runs on one worker thread.
+
+    The worker takes the buckets in the order backward readies them (the same on every rank), so the
+    collectives match. mpicomm's calls belong to the thread that started MPI (thread level
+    serialized), so the worker calls ``MPI_Allreduce`` itself (mpi4py, on its own communicator): the
+    main thread calls no MPI until DDP has waited for every bucket's future, as serialized asks.
+    """
+
+    def __init__(self, group: mpicomm.ProcessGroup) -> None:
+        self.comm = group.comm.Dup()
+        self.size = group.size()
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="mpicomm-progress")
+
+    def hook(self, state: object, bucket: Any) -> Any:
+        import torch
+
+        buf = bucket.buffer()
+        buf.div_(self.size)  # as DDP's own hook: average by dividing first
+        fut: torch.futures.Future[Any] = torch.futures.Future()
+
+        def run() -> None:
+            try:
+                self.comm.Allreduce(_mpi.MPI.IN_PLACE, buf.numpy())  # releases the GIL
+                fut.set_result(buf)
+            except Exception as exc:  # DDP's wait raises it on the main thread
+                fut.set_exception(exc)
+
+        self.pool.submit(run)
+        return fut
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)  # never leave the thread running at exit
+        self.comm.Free()
+
+
+def _model(widths: tuple[int, ...]) -> Any:
+    """The MLP of ``widths`` (ReLU between layers), the same initial weights on every rank."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i < len(widths) - 2 else [])
+    return nn.Sequential(*layers)
+
+
+def _ddp(ctl: MPI.Intracomm, e: Env, gloo: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per model: step times on mpicomm, gloo and mpicomm with the progress thread; gradients checked."""
+    import torch
+    import torch._C._distributed_c10d as c10d
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    world = dist.group.WORLD.mpicomm_group  # type: ignore[union-attr]
+    rows = []
+    for name, (widths, batch) in MODELS.items():
+        progress = _Progress(world)
+        try:
+            nets = {
+                "mpicomm": DistributedDataParallel(_model(widths)),
+                "gloo": DistributedDataParallel(_model(widths), process_group=gloo),
+            }
+            nets["mpicomm+thread"] = DistributedDataParallel(_model(widths))
+            # torch checks the hook's annotations as objects (this module's are strings)
+            hints = {"bucket": c10d.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+            _Progress.hook.__annotations__.update(hints)
+            nets["mpicomm+thread"].register_comm_hook(None, progress.hook)
+            x = torch.from_numpy(
+                np.random.default_rng(e.rank).standard_normal((batch, widths[0]), np.float32)
+            )
+            steps: dict[str, Callable[[], object]] = {k: _stepper(net, x) for k, net in nets.items()}
+            for step in steps.values():
+                step()
+            grads = {k: [p.grad for p in net.parameters()] for k, net in nets.items()}
+            # equal at 2 ranks (a sum of two is exact in any order); MPI and gloo may order 3+ apart
+            ok = all(
+                all(
+                    a is not None and b is not None and torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+                    for a, b in zip(grads[k], grads["gloo"], strict=True)
+                )
+                for k in ("mpicomm", "mpicomm+thread")
+            )
+            params = sum(p.numel() for p in nets["gloo"].parameters())
+            times = _samples(ctl, steps, args)
+        finally:
+            progress.close()
+        rows.append({"model": name, "params": params, "check": everywhere(ctl, ok), **_stats(times)})
+    return rows
+
+
+def _stepper(net: Any, x: Any) -> Callable[[], None]:
+    """One training step of ``net`` on ``x``: forward, backward (DDP's all_reduce), SGD update."""
+    import torch
+
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=False)
+        net(x).square().mean().backward()
+        opt.step()
+
+    return step
+
+
+def torch_backend(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[str, Any]:
+    """Run the report on every rank (see the module's docstring); rank 0's results count."""
+    import torch
+    import torch.distributed as dist
+
+    import mpicomm.torch  # noqa: F401  # registers the backend
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("mpicomm")
+    gloo = dist.new_group(backend="gloo")
+    try:
+        res: dict[str, Any] = {
+            "all_reduce": _all_reduce_rows(ctl, e, gloo, args),
+            "wrapper": _wrapper(ctl, args),
+            "ddp": _ddp(ctl, e, gloo, args),
+            "world_size": e.n,
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+        }
+    finally:
+        dist.destroy_process_group(gloo)
+        if started:
+            dist.destroy_process_group()
+    res["check"] = all(r["check"] for r in res["all_reduce"] + res["ddp"])
+    return res
+
+
+def _us(row: dict[str, Any], case: str, stat: str) -> float:
+    return float(row[case][stat]) * 1e6
+
+
+def torch_backend_lines(res: dict[str, Any]) -> str:
+    """The report's table (median, min in brackets) and the goals' verdicts."""
+    out = [
+        f"torch_backend: dist.all_reduce on the registered backend, {res['world_size']} ranks, "
+        "us per call, median (min); direct = mpicomm.all_reduce, pg = pg.allreduce by hand",
+        f"  {'size':>8} {'direct':>16} {'pg':>16} {'backend':>16} {'gloo':>18}  added   back/dir  gloo/back",
+    ]
+    verdicts = []
+    for row in res["all_reduce"]:
+        cells = [f"{_us(row, c, 'median'):>8.1f} ({_us(row, c, 'min'):.1f})" for c in CASES]
+        added = _us(row, "backend", "median") - _us(row, "direct", "median")
+        ratio = row["backend"]["median"] / row["direct"]["median"]
+        gloo_x = row["gloo"]["median"] / row["backend"]["median"]
+        check = "" if row["check"] else "  CHECK FAILED"
+        out.append(
+            f"  {fmt_size(row['size']):>8} {' '.join(cells)} {added:+6.1f} {ratio:8.2f}x {gloo_x:7.1f}x"
+            + check
+        )
+        if row["size"] == 8:
+            added_min = _us(row, "backend", "min") - _us(row, "direct", "min")
+            verdicts.append(
+                (
+                    f"8 B: backend adds <= {ADD_US:g} us (median {added:+.1f}, min {added_min:+.1f})",
+                    min(added, added_min) <= ADD_US,
+                )
+            )
+            verdicts.append((f"8 B: >= {GLOO_X:g}x faster than gloo ({gloo_x:.1f}x)", gloo_x >= GLOO_X))
+        if row["size"] >= 1 << 20:
+            verdicts.append(
+                (f"{fmt_size(row['size'])}: backend <= {LARGE:g}x direct ({ratio:.3f}x)", ratio <= LARGE)
+            )
+    w = res["wrapper"]
+    torch_us = (w["dist.all_reduce(null)"]["min"] - w["null.allreduce"]["min"]) * 1e6
+    row8 = next((r for r in res["all_reduce"] if r["size"] == 8), None)
+    if row8 is not None:
+        ours = _us(row8, "pg", "min") - _us(row8, "direct", "min")
+        out.append(
+            f"  8 B split (mins): torch's Python wrapper {torch_us:.1f} us (of it AllreduceOptions() "
+            f"{w['AllreduceOptions()']['min'] * 1e6:.1f}), the backend's own {ours:.1f} us "
+            f"(one opts.reduceOp read {w['opts.reduceOp']['min'] * 1e6:.1f})"
+        )
+    out.append("  DDP step, ms, median (min): mpicomm, gloo, mpicomm + progress thread; ratios of medians")
+    for row in res["ddp"]:
+        ms = {k: (row[k]["median"] * 1e3, row[k]["min"] * 1e3) for k in ("mpicomm", "gloo", "mpicomm+thread")}
+        text = "  ".join(f"{k} {m:.1f} ({lo:.1f})" for k, (m, lo) in ms.items())
+        ratio = ms["mpicomm"][0] / ms["gloo"][0]
+        thread = ms["mpicomm+thread"][0] / ms["mpicomm"][0]
+        check = "" if row["check"] else "  CHECK FAILED"
+        out.append(
+            f"  {row['model']} ({row['params']:,}): {text}; mpicomm/gloo {ratio:.2f}x, thread/plain "
+            f"{thread:.2f}x{check}"
+        )
+        verdicts.append((f"DDP {row['model']}: <= {DDP_X:g}x gloo ({ratio:.2f}x)", ratio <= DDP_X))
+    out += [f"  target {text}: {'reached' if ok else 'NOT reached'}" for text, ok in verdicts]
+    return "\n".join(out)

@@ -1,0 +1,85 @@
+"""The bench's "torch_backend" report, run tiny in one process: every row timed and checked, goals judged."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+
+import mpicomm
+from mpicomm.apps.bench import run, torch_backend
+from mpicomm.apps.bench.harness import Env
+
+pytest.importorskip("torch")
+
+
+def _args() -> argparse.Namespace:
+    return argparse.Namespace(rounds=2, sample_time=0.001, iters=0, gate=0.0, gate_wait=0.0)
+
+
+def test_the_report_times_every_contender_and_checks_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.distributed as dist
+
+    world = mpicomm.init()
+    monkeypatch.setattr(torch_backend, "SIZES", (8, 4 << 10))
+    monkeypatch.setattr(torch_backend, "MODELS", {"tiny": ((8, 16, 4), 4)})
+    ctl = world.comm.Dup()
+    try:
+        res = torch_backend.torch_backend(ctl, Env(world.comm, world.rank(), world.size()), _args())
+    finally:
+        ctl.Free()
+    assert not dist.is_initialized()  # the report leaves torch as it found it
+    assert res["check"] is True
+    assert [r["size"] for r in res["all_reduce"]] == [8, 4 << 10]
+    for row in res["all_reduce"]:
+        for case in torch_backend.CASES:
+            assert row[case]["min"] <= row[case]["median"] and math.isfinite(row[case]["median"])
+    (ddp,) = res["ddp"]
+    assert ddp["model"] == "tiny" and ddp["params"] == 8 * 16 + 16 + 16 * 4 + 4 and ddp["check"]
+    assert set(ddp) >= {"mpicomm", "gloo", "mpicomm+thread"}
+    assert set(res["wrapper"]) == {
+        "dist.all_reduce(null)",
+        "null.allreduce",
+        "AllreduceOptions()",
+        "opts.reduceOp",
+    }
+    text = torch_backend.torch_backend_lines(res)
+    assert "8 B split (mins): torch's Python wrapper" in text
+    assert text.count("target ") == 3  # 8 B added, 8 B vs gloo, the DDP model (no size >= 1 MiB here)
+
+
+def _row(size: int, direct: float, backend: float, gloo: float) -> dict[str, object]:
+    us = {"direct": direct, "pg": direct, "backend": backend, "gloo": gloo}
+    return {"size": size, "check": True, **{k: {"median": v * 1e-6, "min": v * 1e-6} for k, v in us.items()}}
+
+
+def test_the_verdicts_follow_the_goals() -> None:
+    stats = {"median": 1e-6, "min": 1e-6}
+    res = {
+        "world_size": 2,
+        "all_reduce": [_row(8, 2.0, 6.0, 300.0), _row(1 << 20, 100.0, 104.0, 900.0)],
+        "wrapper": {
+            k: stats
+            for k in ("dist.all_reduce(null)", "null.allreduce", "AllreduceOptions()", "opts.reduceOp")
+        },
+        "ddp": [
+            {
+                "model": "m",
+                "params": 10,
+                "check": True,
+                **{k: stats for k in ("mpicomm", "gloo", "mpicomm+thread")},
+            }
+        ],
+    }
+    lines = torch_backend.torch_backend_lines(res).splitlines()
+    goals = [ln for ln in lines if "target " in ln]
+    assert goals[0].endswith("NOT reached") and "adds <= 3 us" in goals[0]  # +4 us
+    assert goals[1].endswith(": reached") and "50.0x" in goals[1]  # gloo 300 us vs 6 us
+    assert goals[2].endswith(": reached") and "1.040x" in goals[2]
+    assert goals[3].endswith("NOT reached") and "1.00x" in goals[3]
+
+
+def test_the_report_is_asked_by_name_only() -> None:
+    assert "torch_backend" in run.REPORTS and "torch_backend" in run.REPORT_RUNS
+    assert "torch_backend" not in run.CPU_REPORTS
