@@ -73,7 +73,11 @@ def _mpi_lines() -> list[tuple[str, str]]:
         ("MPI standard", f"{major}.{minor}"),
         ("large counts", large),
         ("world size", str(get_world_size())),
-        ("thread level", names.get(level, str(level))),
+        (
+            "thread level",
+            f"{names.get(level, str(level))}, chosen by {_mpi._Start.chosen_by}; "
+            f"{_mpi.THREAD_ENV} picks another",
+        ),
         ("C calls", "in use (mpicomm.core.cmpi)" if cmpi.bound() is None else f"off: {cmpi.bound()}"),
     ]
 

@@ -172,7 +172,7 @@ def init(comm: Any = None, *, abort_on_exception: bool | None = None) -> Process
     _mpi.load()
     MPI = _mpi.MPI
     if not MPI.Is_initialized():
-        MPI.Init_thread()
+        MPI.Init_thread(_mpi.required())  # the level mpicomm chose (mpicomm._mpi)
     if comm is None:
         comm = MPI.COMM_WORLD
     if not isinstance(comm, MPI.Intracomm):

@@ -43,11 +43,22 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from .. import _mpi
-from ..errors import ArgumentError
+from ..errors import ArgumentError, DistError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["DEFAULT_TIMEOUT", "WAIT", "Site", "default_timeout", "forget", "start", "timed", "timing"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "WAIT",
+    "Site",
+    "default_timeout",
+    "forget",
+    "own_thread",
+    "serial",
+    "start",
+    "timed",
+    "timing",
+]
 
 #: torch's default process-group timeout, in seconds.
 DEFAULT_TIMEOUT = 1800.0
@@ -66,8 +77,59 @@ _SHORTEST_SAMPLE = 0.02
 #: own token, never another thread's equal one, and stops comparing at the first entry. A token
 #: holds the call's ``group`` and ``timeout`` arguments as given, never its arrays.
 _live: list[tuple[int, Site, Any, Any]] = []
-#: The next token's serial number (``itertools.count``'s ``__next__`` is atomic in CPython).
-serial = itertools.count().__next__
+_count = itertools.count().__next__  # atomic in CPython
+_get_ident = threading.get_ident
+
+
+class _Threads:
+    """Below ``MPI_THREAD_MULTIPLE``: the one thread that may call MPI through mpicomm, and this rank."""
+
+    owner: int | None = None  # None: any thread (MPI_THREAD_MULTIPLE, or before init)
+    level = "multiple"
+    rank = 0
+
+
+def serial() -> int:
+    """The next token's serial number; below ``MPI_THREAD_MULTIPLE``, only for the owning thread.
+
+    Every call that can block takes its token's number here before any MPI call, so this is where
+    mpicomm makes sure that two threads never enter MPI at once when MPI runs at a level below
+    ``MPI_THREAD_MULTIPLE`` (mpicomm's default is ``serialized``, :mod:`mpicomm._mpi`): a call from
+    a thread other than the one that ran :func:`mpicomm.init` is refused, before it reaches MPI,
+    with an error that says how to allow it. Two threads each in a blocking collective under one
+    lock could deadlock across ranks (each rank's lock held by a different thread), so mpicomm does
+    not serialise them behind a lock: several communicating threads need ``MPI_THREAD_MULTIPLE``.
+
+    Raises:
+        DistError: a call from another thread below ``MPI_THREAD_MULTIPLE``.
+    """
+    owner = _Threads.owner
+    if owner is not None and _get_ident() != owner:
+        _other_thread()
+    return _count()
+
+
+def _other_thread() -> None:
+    raise DistError(
+        f"mpicomm: a call from thread {threading.current_thread().name!r}, but MPI runs at thread level "
+        f"{_Threads.level} and mpicomm's calls belong to the thread that initialised it; expected calls "
+        "from that thread only, or MPI at MPI_THREAD_MULTIPLE: set MPICOMM_THREAD_LEVEL=multiple before "
+        "MPI starts (each thread on its own group)"
+    )
+
+
+def own_thread() -> None:
+    """Bind mpicomm's calls to this thread if MPI runs below ``MPI_THREAD_MULTIPLE`` (init calls it)."""
+    MPI = _mpi.MPI
+    granted = MPI.Query_thread()
+    names = {
+        MPI.THREAD_SINGLE: "single",
+        MPI.THREAD_FUNNELED: "funneled",
+        MPI.THREAD_SERIALIZED: "serialized",
+    }
+    _Threads.level = names.get(granted, "multiple")
+    _Threads.rank = MPI.COMM_WORLD.Get_rank()
+    _Threads.owner = None if granted >= MPI.THREAD_MULTIPLE else _get_ident()
 
 
 class Site:
@@ -205,6 +267,7 @@ def start(state: Any, group_type: type) -> None:
     """
     _Dog.default = default_timeout()
     _Dog.state, _Dog.group_type = state, group_type
+    own_thread()
     if _Dog.thread is not None and _Dog.thread.is_alive():
         return
     _Dog.thread = threading.Thread(target=_run, name="mpicomm-watchdog", daemon=True)
@@ -394,10 +457,12 @@ def _short(ranks: list[int]) -> str:
 
 
 def _fire(call: _Call) -> None:
-    rank = _mpi.MPI.COMM_WORLD.Get_rank()
     text = message(call, time.monotonic() - call.since)
-    sys.stderr.write(f"[rank {rank}] {text}\n")
+    sys.stderr.write(f"[rank {_Threads.rank}] {text}\n")
     sys.stderr.flush()
     time.sleep(0.25)  # let the launcher forward the message before the abort tears the job down
-    _mpi.MPI.COMM_WORLD.Abort(1)
-    os._exit(1)  # MPICH's Abort may return when called from a thread other than the main one
+    if _Threads.owner is None:  # MPI_THREAD_MULTIPLE: this thread may enter MPI beside the stuck call
+        _mpi.MPI.COMM_WORLD.Abort(1)
+    # Below it, the stuck thread is inside MPI and no other may enter: the process ends without MPI,
+    # and the launcher (mpiexec, mpirun; srun with --kill-on-bad-exit) ends the job on the exit status.
+    os._exit(1)  # also where MPICH's Abort returns when called from a thread other than the main one

@@ -165,7 +165,17 @@ def test_a_bad_mpicomm_timeout_is_refused_by_name(monkeypatch, text):
         watchdog.default_timeout()
 
 
-def test_a_call_under_way_is_timed_from_the_first_sample_that_saw_it_in_any_thread():
+@pytest.fixture
+def any_thread(monkeypatch):
+    """Calls from every thread, as at MPI_THREAD_MULTIPLE (a single-process run starts MPI at serialized)."""
+    import mpicomm
+    from mpicomm.core import watchdog
+
+    mpicomm.init()
+    monkeypatch.setattr(watchdog._Threads, "owner", None)
+
+
+def test_a_call_under_way_is_timed_from_the_first_sample_that_saw_it_in_any_thread(any_thread):
     """A call's token on the watchdog's list from start to end; a sample times it, then forgets it.
 
     The call runs in a thread that never called ``mpicomm.init()``: every thread's calls are timed.
@@ -202,7 +212,7 @@ def test_a_call_under_way_is_timed_from_the_first_sample_that_saw_it_in_any_thre
     assert seen == {}  # the call returned: nothing is kept
 
 
-def test_a_sample_reads_no_frame_of_another_thread(monkeypatch):
+def test_a_sample_reads_no_frame_of_another_thread(monkeypatch, any_thread):
     """Sampling never calls ``sys._current_frames()``.
 
     On CPython 3.11 a collection that runs inside it and frees a ``threading.local`` waits for a lock
@@ -285,7 +295,7 @@ def test_a_failing_call_takes_its_token_off_the_list():
     assert watchdog._live == before
 
 
-def test_a_call_takes_off_its_own_token_not_another_threads_equal_one():
+def test_a_call_takes_off_its_own_token_not_another_threads_equal_one(any_thread):
     """Two calls of one site on one group: the one that returns must not take the other's token.
 
     Tokens were equal tuples then, and ``list.remove`` takes the first equal one: a thread blocked
