@@ -7,6 +7,7 @@ answers what the program asked for; the first name other than ``mpi`` warns once
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, ClassVar
 
@@ -82,7 +83,7 @@ def backend_name(backend: object, fn: str, default: str = "mpi") -> str:
     """The lower-case backend name of torch's ``backend`` argument (``default`` for None).
 
     Accepts torch's names in any case and its device lists (``"cpu:gloo,cuda:nccl"``); the first
-    name other than ``mpi`` in a process warns once that MPI serves it.
+    name other than ``mpi`` warns once per job (on rank 0) that MPI serves it.
 
     Args:
         backend: ``None``, a name such as ``"gloo"``, or ``"device:name,..."``.
@@ -115,13 +116,25 @@ def backend_name(backend: object, fn: str, default: str = "mpi") -> str:
         )
     if any(n != Backend.MPI for n in names) and not _Warned.once:
         _Warned.once = True
-        warnings.warn(
-            f"{fn}: backend {backend!r} is served by MPI (mpicomm's only transport); get_backend() "
-            f"answers {name!r} as torch would",
-            BackendWarning,
-            stacklevel=4,  # backend_name <- check_backend <- init_process_group/new_group <- the caller
-        )
+        if _job_rank() == 0:  # once per job: the same line from every rank is noise
+            warnings.warn(
+                f"{fn}: backend {backend!r} is served by MPI (mpicomm's only transport); get_backend() "
+                f"answers {name!r} as torch would",
+                BackendWarning,
+                stacklevel=4,  # backend_name <- check_backend <- init_process_group/new_group <- the caller
+            )
     return name
+
+
+def _job_rank() -> int:
+    """This process's rank in the job: MPI's if started, else the launcher's (0 when launched by none)."""
+    if _groups.is_initialized():
+        return _groups.get_rank()
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        text = os.environ.get(var, "").strip()
+        if text.isdigit():
+            return int(text)
+    return 0
 
 
 def _names(name: str) -> list[str] | None:
