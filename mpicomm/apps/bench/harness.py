@@ -323,6 +323,7 @@ def machine(ctl: MPI.Intracomm) -> dict[str, Any]:
         "python": platform.python_version(),
         "mpi_library": " ".join(_mpi.library_version().split()),
         "mpi_standard": list(_mpi.MPI.Get_version()),
+        "thread_level": _mpi.thread_level(),
         "mpi4py": mpi4py.__version__,
         "numpy": np.__version__,
         "mpicomm": mpicomm.__version__,

@@ -398,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"mpicomm.bench: {env.n} ranks on {', '.join(info['hosts'])} ({info['cores']} cores), "
             f"{info['mpi_library']}, mpi4py {info['mpi4py']}, numpy {info['numpy']}, "
-            f"load {info['loadavg'][0]:.2f}",
+            f"thread level {info['thread_level']}, load {info['loadavg'][0]:.2f}",
             flush=True,
         )
     points = sweep(ctl, env, args)

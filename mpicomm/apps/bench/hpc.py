@@ -1,0 +1,247 @@
+"""Issue 33's rows: jagged and KJT against the C two-step, 8 B all_reduce at each thread level, start-up.
+
+Run it outside any launcher; it starts the jobs itself (2 ranks by default)::
+
+    python -m mpicomm.apps.bench.hpc [--ranks 2] [--launches 10] [--json hpc.json]
+
+For each thread level (mpicomm's own choice, then ``multiple`` and ``single``) one job times, in
+rounds that alternate the contenders, the median of per-call times (max over ranks):
+
+* ``all_reduce`` of 8 B: mpicomm, raw mpi4py ``Allreduce(IN_PLACE)``, and ``MPI_Allreduce`` from a C
+  loop (:mod:`mpicomm.apps.bench.cloop`);
+* ``jagged_all_to_all`` at 8 B, 1 KiB, 64 KiB and 1 MiB of values per rank (4 rows per destination),
+  against the C two-step (``MPI_Alltoall`` of counts, ``malloc``, ``MPI_Alltoallv``) and the same
+  two-step from mpi4py;
+* ``KJTAllToAll`` at 1 KiB per rank (the bench's ``jagged`` shape) against the C two-step of its values.
+
+Start-up: ``--launches`` runs each of ``mpiexec -n 2 python -c "import mpicomm; mpicomm.get_rank()"``
+and ``... "import numpy; from mpi4py import MPI; MPI.COMM_WORLD.Get_rank()"``, interleaved; medians.
+The table at the end gives each target of the issue, its measured ratio and whether it is met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["main"]
+
+LEVELS = ("mpicomm", "multiple", "single")
+JAGGED_SIZES = (8, 1 << 10, 64 << 10, 1 << 20)
+IMPORTS = {
+    "mpicomm": "import mpicomm; mpicomm.get_rank()",
+    "numpy+mpi4py": "import numpy; from mpi4py import MPI; MPI.COMM_WORLD.Get_rank()",
+}
+
+
+def _per_call(comm: Any, fn: Callable[[], object], iters: int) -> float:
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - start) / iters
+
+
+def _iters(nbytes: int) -> int:
+    return 2000 if nbytes <= 1024 else 400 if nbytes <= 64 << 10 else 40
+
+
+def child(rounds: int) -> dict[str, Any]:
+    """One job's timings (rank 0 returns them; the others an empty dict)."""
+    import mpicomm
+    from mpicomm import _mpi
+    from mpicomm.apps.bench import cloop
+    from mpicomm.apps.bench.dense import split_counts
+    from mpicomm.apps.bench.jagged import KEYS_PER_RANK, jagged_lengths
+
+    mpicomm.init()
+    MPI = _mpi.MPI
+    comm = MPI.COMM_WORLD.Dup()
+    r, n = comm.Get_rank(), comm.Get_size()
+    lib = cloop.load()
+    rows: dict[str, dict[str, float]] = {}
+
+    def measure(name: str, contenders: dict[str, Callable[[], float]]) -> None:
+        times: dict[str, list[float]] = {k: [] for k in contenders}
+        for i in range(rounds):
+            order = list(contenders) if i % 2 == 0 else list(contenders)[::-1]
+            for k in order:
+                times[k].append(contenders[k]())
+        mine = np.array([statistics.median(times[k]) for k in contenders])
+        worst = np.empty_like(mine)
+        comm.Allreduce(mine, worst, op=MPI.MAX)
+        rows[name] = {k: float(v) * 1e6 for k, v in zip(contenders, worst, strict=True)}
+
+    x = np.zeros(2, np.float32)
+    ar: dict[str, Callable[[], float]] = {
+        "mpicomm": partial(_per_call, comm, partial(mpicomm.all_reduce, x), 5000),
+        "mpi4py": partial(_per_call, comm, partial(comm.Allreduce, MPI.IN_PLACE, [x, MPI.FLOAT]), 5000),
+    }
+    if lib is not None:
+        ar["C"] = partial(cloop.allreduce, x, 5000)
+    measure("all_reduce 8 B", ar)
+
+    i64 = MPI.INT64_T
+    for nbytes in JAGGED_SIZES:
+        cnt = max(nbytes // 8, 1)
+        vals = np.zeros(cnt * n, np.float64)
+        lens = np.zeros(4 * n, np.int64)
+        lens[::4] = cnt
+        splits = [4] * n
+        counts = np.full(n, cnt, np.int64)
+        got = np.empty(n, np.int64)
+
+        def raw(
+            vals: np.ndarray = vals, counts: np.ndarray = counts, got: np.ndarray = got, c: int = cnt
+        ) -> None:
+            comm.Alltoall([counts, i64], [got, i64])
+            rc = got.tolist()
+            out = np.empty(sum(rc))
+            rd = [sum(rc[:j]) for j in range(n)]
+            comm.Alltoallv(
+                [vals, ([c] * n, [c * j for j in range(n)]), MPI.DOUBLE], [out, (rc, rd), MPI.DOUBLE]
+            )
+
+        it = _iters(nbytes)
+        jag: dict[str, Callable[[], float]] = {
+            "mpicomm": partial(_per_call, comm, partial(mpicomm.jagged_all_to_all, vals, lens, splits), it),
+            "mpi4py": partial(_per_call, comm, raw, it),
+        }
+        if lib is not None:
+            jag["C"] = partial(cloop.two_step, vals, counts * 8, it)
+        measure(f"jagged_all_to_all {nbytes} B", jag)
+
+    c = (1 << 10) // 4
+    lens = jagged_lengths(c, r, n)
+    vals32 = np.zeros(int(lens.sum()), np.float32)
+    keys = [f"k{i}" for i in range(KEYS_PER_RANK * n)]
+    kja, a2a = mpicomm.KeyedJaggedArray(keys, vals32, lengths=lens), mpicomm.KJTAllToAll([KEYS_PER_RANK] * n)
+    kjt: dict[str, Callable[[], float]] = {
+        "mpicomm": partial(_per_call, comm, lambda: a2a(kja).wait(), 2000),
+    }
+    if lib is not None:
+        sends = split_counts(c, n)[r] * 4
+        kjt["C"] = partial(cloop.two_step, vals32, sends, 2000)
+    measure("KJTAllToAll 1 KiB", kjt)
+    comm.Free()
+    if r != 0:
+        return {}
+    return {"thread_level": _mpi.thread_level(), "c_loop": cloop.why or "built with mpicc", "rows": rows}
+
+
+def _run_child(level: str, ranks: int, rounds: int) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MPI4PY_RC_", "MPICOMM_THREAD"))}
+    env["OMP_NUM_THREADS"] = "1"
+    if level != "mpicomm":
+        env["MPICOMM_THREAD_LEVEL"] = level
+    cmd = [
+        _mpiexec(),
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "mpicomm.apps.bench.hpc",
+        "--child",
+        "--rounds",
+        str(rounds),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"the {level} job failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def _mpiexec() -> str:
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else "mpiexec"
+
+
+def startup(ranks: int, launches: int) -> dict[str, float]:
+    """Median seconds of each start-up command under ``mpiexec -n ranks``, launches interleaved."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MPI4PY_RC_", "MPICOMM_THREAD"))}
+    env["OMP_NUM_THREADS"] = "1"
+    times: dict[str, list[float]] = {k: [] for k in IMPORTS}
+    for i in range(launches):
+        for name in list(IMPORTS) if i % 2 == 0 else list(IMPORTS)[::-1]:
+            start = time.perf_counter()
+            subprocess.run(
+                [_mpiexec(), "-n", str(ranks), sys.executable, "-c", IMPORTS[name]],
+                env=env,
+                check=True,
+                timeout=120,
+            )
+            times[name].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def targets(jobs: dict[str, dict[str, Any]], start: dict[str, float]) -> list[tuple[str, float, float]]:
+    """(target, measured ratio, limit) for each of the issue's targets that these runs measure."""
+    own = jobs["mpicomm"]["rows"]
+    out = []
+    for nbytes in JAGGED_SIZES:
+        row = own[f"jagged_all_to_all {nbytes} B"]
+        if "C" in row:
+            limit = 2.0 if nbytes <= 64 << 10 else 1.1
+            out.append(
+                (f"jagged_all_to_all {nbytes} B <= {limit}x C two-step", row["mpicomm"] / row["C"], limit)
+            )
+    if "C" in own["KJTAllToAll 1 KiB"]:
+        row = own["KJTAllToAll 1 KiB"]
+        out.append(("KJTAllToAll 1 KiB <= 1.5x C two-step", row["mpicomm"] / row["C"], 1.5))
+    ar = own["all_reduce 8 B"]
+    raw_multiple = jobs["multiple"]["rows"]["all_reduce 8 B"]["mpi4py"]
+    out.append(("all_reduce 8 B <= 0.75x mpi4py at MULTIPLE", ar["mpicomm"] / raw_multiple, 0.75))
+    if "C" in ar:
+        out.append(("all_reduce 8 B <= 1.3x C at mpicomm's level", ar["mpicomm"] / ar["C"], 1.3))
+    out.append(("start-up <= 1.3x numpy+mpi4py", start["mpicomm"] / start["numpy+mpi4py"], 1.3))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the jobs and the start-up launches; print the rows and the targets' table."""
+    p = argparse.ArgumentParser(prog="python -m mpicomm.apps.bench.hpc", description=__doc__.split("\n")[0])
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=7, help="samples per contender (median; default 7)")
+    p.add_argument("--launches", type=int, default=10, help="start-up runs per command (default 10)")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        got = child(args.rounds)
+        if got:
+            print(json.dumps(got), flush=True)
+        return 0
+    print(f"load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
+    jobs = {level: _run_child(level, args.ranks, args.rounds) for level in LEVELS}
+    for level, job in jobs.items():
+        print(f"\n{level}: thread level {job['thread_level']}; C loop: {job['c_loop']}")
+        for name, row in job["rows"].items():
+            print(f"  {name:<28} " + "  ".join(f"{k} {v:8.2f} us" for k, v in row.items()))
+    start = startup(args.ranks, args.launches)
+    print(f"\nstart-up (median of {args.launches}): " + "  ".join(f"{k} {v:.3f} s" for k, v in start.items()))
+    rows = targets(jobs, start)
+    print(f"\n{'target':<48} {'ratio':>6}  met")
+    for text, ratio, limit in rows:
+        print(f"{text:<48} {ratio:6.2f}  {'yes' if ratio <= limit else 'NO'}")
+    print(f"load {os.getloadavg()[0]:.2f} at the end", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"jobs": jobs, "startup": start, "targets": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
