@@ -38,14 +38,9 @@ def test_the_report_times_every_contender_and_checks_results(monkeypatch: pytest
     (ddp,) = res["ddp"]
     assert ddp["model"] == "tiny" and ddp["params"] == 8 * 16 + 16 + 16 * 4 + 4 and ddp["check"]
     assert set(ddp) >= {"mpicomm", "gloo", "mpicomm+thread"}
-    assert set(res["wrapper"]) == {
-        "dist.all_reduce(null)",
-        "null.allreduce",
-        "AllreduceOptions()",
-        "opts.reduceOp",
-    }
+    assert set(res["split"]) == {"direct", "pg", "dist", "AllreduceOptions()", "opts.reduceOp"}
     text = torch_backend.torch_backend_lines(res)
-    assert "8 B split (mins): torch's Python wrapper" in text
+    assert "8 B on a one-rank group (mins)" in text and "torch's Python wrapper" in text
     assert text.count("target ") == 3  # 8 B added, 8 B vs gloo, the DDP model (no size >= 1 MiB here)
 
 
@@ -59,10 +54,7 @@ def test_the_verdicts_follow_the_goals() -> None:
     res = {
         "world_size": 2,
         "all_reduce": [_row(8, 2.0, 6.0, 300.0), _row(1 << 20, 100.0, 104.0, 900.0)],
-        "wrapper": {
-            k: stats
-            for k in ("dist.all_reduce(null)", "null.allreduce", "AllreduceOptions()", "opts.reduceOp")
-        },
+        "split": {k: stats for k in ("direct", "pg", "dist", "AllreduceOptions()", "opts.reduceOp")},
         "ddp": [
             {
                 "model": "m",
