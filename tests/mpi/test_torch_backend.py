@@ -263,3 +263,47 @@ def test_barrier_timeout_option_and_group_timeout(gloo: Any) -> None:
 def test_one_entry_lists_only(gloo: Any) -> None:
     with pytest.raises(mpicomm.ArgumentError, match="allreduce: tensors has 2 entries; expected 1"):
         dist.group.WORLD.allreduce([torch.ones(1), torch.ones(1)], dist.AllreduceOptions())
+
+
+class _CountingOptions:
+    """Torch's AllreduceOptions as the group sees it, counting each option's reads."""
+
+    def __init__(self, op: Any, async_op: bool) -> None:
+        self._op, self._async, self.reads = op, async_op, {"reduceOp": 0, "asyncOp": 0}
+
+    @property
+    def reduceOp(self) -> Any:  # noqa: N802 - c10d's name
+        self.reads["reduceOp"] += 1
+        return self._op
+
+    @property
+    def asyncOp(self) -> bool:  # noqa: N802 - c10d's name
+        self.reads["asyncOp"] += 1
+        return self._async
+
+
+@pytest.mark.parametrize("async_op", [False, True], ids=["blocking", "async"])
+def test_allreduce_reads_each_option_once_and_answers_the_right_work(gloo: Any, async_op: bool) -> None:
+    r, w = dist.get_rank(), dist.get_world_size()
+    g = _g(3, w, 5)
+    pg = dist.group.WORLD
+    # what opts.reduceOp gives: a ReduceOp (its .op the enum), PREMUL_SUM's with its factor
+    red = dist.ReduceOp
+    cases = [
+        (red(red.SUM), g.sum(0)),
+        (red(red.MAX), g.max(0)),
+        (dist._make_nccl_premul_sum(2.0), (2.0 * g).sum(0)),
+    ]
+    works = []
+    for op, ref in cases:
+        t, opts = torch.tensor(g[r]), _CountingOptions(op, async_op)
+        work = pg.allreduce([t], opts)
+        assert opts.reads == {"reduceOp": 1, "asyncOp": 1}  # pybind reads cost 0.1-0.5 us each
+        np.testing.assert_allclose(_np(t), ref, rtol=1e-6)
+        assert work.wait() and work.get_future().value()[0] is t
+        works.append(work)
+    # a blocking caller drops its Work: one per group serves them all; an async one keeps its own
+    assert (works[0] is works[1]) is (not async_op)
+    t = torch.ones(3)
+    assert pg.allreduce([t]).get_future().value()[0] is t  # C++ callers' default options: SUM
+    assert _np(t).tolist() == [w] * 3
