@@ -9,6 +9,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mpicomm
+import mpicomm.c10d.pg_methods  # api.rst documents its methods (attached to groups lazily at run time)
 
 project = "mpicomm"
 author = "the mpicomm developers"

@@ -16,6 +16,7 @@ import numpy as np
 from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError, BackendArgumentError, GroupError
 from . import cmpi, failure, validation, watchdog
+from .late import LateMethods
 
 __all__ = [
     "DefaultGroupError",
@@ -53,7 +54,7 @@ class DestroyedGroupError(DefaultGroupError, AssertionError):
     """
 
 
-class ProcessGroup:
+class ProcessGroup(LateMethods):  # torch's methods attach on first use (core.late)
     """A set of ranks with their own MPI communicator; the ``group=`` argument of every call.
 
     Made by :func:`init` (the world group), :func:`new_group` and :func:`new_node_group`; never built by
