@@ -41,20 +41,22 @@ def test_work_wait_timeout_raises_naming_irecv_and_a_later_wait_completes(world,
 def test_work_wait_timeout_as_timedelta_on_a_collective_names_it(world):
     import datetime
 
-    r = world.rank()
-    x = np.full(3, float(r))
-    # made on every rank first: new_group is itself a collective on the world, which must not
-    # overtake rank 0's pending all_reduce there (Open MPI reports the mix-up as a truncation)
+    r, w = world.rank(), world.size()
+    n = 20000  # 160 KB entries: the list all_gather's pairwise messages, pending until matched (a
+    # one-MPI-call collective returns a Work already complete since issue 34: no timeout to test)
+    x = np.full(n, float(r))
+    outs = [np.zeros(n) for _ in range(w)]
+    # made on every rank first: new_group is itself a collective on the world
     side = mpicomm.new_group()
     if r == 0:
-        work = mpicomm.all_reduce(x, async_op=True)
-        with pytest.raises(mpicomm.CommunicationError, match=r"^all_reduce: Work\.wait: .*Timed out"):
+        work = mpicomm.all_gather(outs, x, async_op=True)
+        with pytest.raises(mpicomm.CommunicationError, match=r"^all_gather: Work\.wait: .*Timed out"):
             work.wait(timeout=datetime.timedelta(milliseconds=100))
-    mpicomm.barrier(group=side)  # another communicator: rank 0's all_reduce is pending
+    mpicomm.barrier(group=side)  # another communicator: rank 0's all_gather is pending
     if r != 0:
-        work = mpicomm.all_reduce(x, async_op=True)
+        work = mpicomm.all_gather(outs, x, async_op=True)
     assert work.wait(timeout=30) is True
-    np.testing.assert_array_equal(x, np.full(3, float(sum(range(world.size())))))
+    np.testing.assert_array_equal(np.stack(outs), np.repeat(np.arange(w, dtype=float)[:, None], n, axis=1))
 
 
 @pytest.mark.mpi(min_size=2)
