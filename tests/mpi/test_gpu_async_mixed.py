@@ -1,0 +1,151 @@
+"""Ranks that differ in ``async_op`` with device arrays past one staging chunk (issues 34 and 35, item 1).
+
+A blocking device call longer than one chunk first asks every rank whether it pipelines
+(``mpicomm.core.chunks.split``); an ``async_op=True`` device call does not pipeline. Each test lets a
+different set of ranks ask for a Work, with each rank holding its own kind (numpy, torch CPU, cupy,
+strided or not), at one, two and many chunks of ``MPICOMM_STAGING_CHUNK=4K``, on the staged path and
+on the direct path (CUDA-aware MPI assumed: the fake cupy's memory is host memory), and checks every
+rank's result against numpy. A rank whose MPI calls differed from the others' would hang (then
+pytest-timeout ends the run) or raise "Message truncated". CPU emulation (tests/fakecupy): not GPU
+verification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from fakecupy import testing
+from fakecupy.testing import inputs, world
+from test_gpu_mixed_kinds import DENSE, SIZES, get, make
+
+import mpicomm
+from mpicomm.gpu import staged
+
+#: Which ranks ask for a Work.
+ASYNC: dict[str, Callable[[int, int], bool]] = {
+    "rank0": lambda r, n: r == 0,
+    "rank1": lambda r, n: r == 1,
+    "all": lambda r, n: True,
+}
+
+#: Which kind rank r holds.
+KINDS: dict[str, Callable[[int], str]] = {
+    "all-cupy": lambda r: "cupy",
+    "cupy-strided": lambda r: ("cupy", "cupy-strided")[r % 2],
+    "host-rank0": lambda r: "numpy" if r == 0 else "cupy",
+    "host-last": lambda r: ("cupy", "torch", "cupy-strided")[r % 3],
+}
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[Any]:
+    yield from testing.activate()
+
+
+@pytest.fixture(params=["staged", "direct"])
+def cp(fake: Any, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Any]:
+    testing.use_staged(monkeypatch, aware="1" if request.param == "direct" else "0")
+    yield fake
+    fake._fake.drain()
+    staged.reap()
+    assert staged.pool().stats().bytes_in_use == 0, "a staged call kept buffers"
+
+
+@pytest.fixture
+def chunk4k(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    yield from testing.chunk_size(monkeypatch, "4K")
+
+
+def _done(work: Any, flag: bool) -> None:
+    if flag:
+        assert isinstance(work, mpicomm.Work), work
+        assert work.wait()
+    else:
+        assert work is None
+
+
+def run(call: str, cp: Any, kind: str, k: int, flag: bool) -> None:
+    """One dense call with ``async_op=flag`` on this rank's kind, checked against numpy."""
+    r, n = world()
+    x = inputs(n, n * k)
+    z = np.zeros
+    a = {"async_op": flag}
+    if call == "all_reduce":
+        t = make(cp, kind, x[r, :k])
+        _done(mpicomm.all_reduce(t, **a), flag)
+        np.testing.assert_array_equal(get(t), x[:, :k].sum(axis=0))
+    elif call == "broadcast":
+        t = make(cp, kind, x[r, :k])
+        _done(mpicomm.broadcast(t, src=0, **a), flag)
+        np.testing.assert_array_equal(get(t), x[0, :k])
+    elif call == "reduce":
+        t = make(cp, kind, x[r, :k])
+        _done(mpicomm.reduce(t, dst=0, **a), flag)
+        np.testing.assert_array_equal(get(t), x[:, :k].sum(axis=0) if r == 0 else x[r, :k])
+    elif call == "reduce_scatter_tensor":
+        out = make(cp, kind, z(k))
+        _done(mpicomm.reduce_scatter_tensor(out, make(cp, kind, x[r]), **a), flag)
+        np.testing.assert_array_equal(get(out), x.sum(axis=0)[r * k : (r + 1) * k])
+    elif call == "all_gather_into_tensor":
+        out = make(cp, kind, z(n * k))
+        _done(mpicomm.all_gather_into_tensor(out, make(cp, kind, x[r, :k]), **a), flag)
+        np.testing.assert_array_equal(get(out), x[:, :k].reshape(-1))
+    elif call == "all_to_all_single":
+        out = make(cp, kind, z(n * k))
+        _done(mpicomm.all_to_all_single(out, make(cp, kind, x[r]), **a), flag)
+        np.testing.assert_array_equal(get(out), x[:, r * k : (r + 1) * k].reshape(-1))
+    elif call == "all_gather":
+        outs = [make(cp, kind, z(k)) for _ in range(n)]
+        _done(mpicomm.all_gather(outs, make(cp, kind, x[r, :k]), **a), flag)
+        for s in range(n):
+            np.testing.assert_array_equal(get(outs[s]), x[s, :k])
+    elif call == "gather":
+        outs = [make(cp, kind, z(k)) for _ in range(n)] if r == 0 else None
+        _done(mpicomm.gather(make(cp, kind, x[r, :k]), outs, dst=0, **a), flag)
+        for s in range(n if outs is not None else 0):
+            np.testing.assert_array_equal(get(outs[s]), x[s, :k])  # type: ignore[index]
+    elif call == "scatter":
+        t = make(cp, kind, z(k))
+        pieces = [make(cp, kind, x[0, s * k : (s + 1) * k]) for s in range(n)] if r == 0 else None
+        _done(mpicomm.scatter(t, pieces, src=0, **a), flag)
+        np.testing.assert_array_equal(get(t), x[0, r * k : (r + 1) * k])
+    elif call == "all_to_all":
+        outs = [make(cp, kind, z(k)) for _ in range(n)]
+        ins = [make(cp, kind, x[r, s * k : (s + 1) * k]) for s in range(n)]
+        _done(mpicomm.all_to_all(outs, ins, **a), flag)
+        for s in range(n):
+            np.testing.assert_array_equal(get(outs[s]), x[s, r * k : (r + 1) * k])
+    elif call == "reduce_scatter":
+        out = make(cp, kind, z(k))
+        ins = [make(cp, kind, x[r, s * k : (s + 1) * k]) for s in range(n)]
+        _done(mpicomm.reduce_scatter(out, ins, **a), flag)
+        np.testing.assert_array_equal(get(out), x.sum(axis=0)[r * k : (r + 1) * k])
+    else:
+        raise AssertionError(call)
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("kinds", list(KINDS))
+@pytest.mark.parametrize("which", list(ASYNC))
+@pytest.mark.parametrize("call", DENSE)
+def test_every_dense_call_with_ranks_differing_in_async_op_and_kind(
+    cp: Any, chunk4k: None, call: str, which: str, kinds: str, size: str
+) -> None:
+    r, n = world()
+    run(call, cp, KINDS[kinds](r), SIZES[size], ASYNC[which](r, n))
+
+
+def test_the_reported_case_blocking_rank0_async_rank1_16k_device_all_reduce(cp: Any, chunk4k: None) -> None:
+    """Rank 0 blocking, the others async, 4 chunks of cupy: one agreement question on every rank."""
+    r, n = world()
+    x = inputs(n, 2048)
+    d = cp.asarray(x[r])
+    work = mpicomm.all_reduce(d, async_op=r != 0)
+    _done(work, r != 0)
+    np.testing.assert_array_equal(d.get(), x.sum(axis=0))
+    d2 = cp.asarray(x[r])  # and the next call still matches (no question left over on any rank)
+    mpicomm.broadcast(d2, src=n - 1)
+    np.testing.assert_array_equal(d2.get(), x[n - 1])
