@@ -35,6 +35,7 @@ __all__ = [
     "diagnose",
     "library_version",
     "load",
+    "need",
     "thread_level",
 ]
 
@@ -54,6 +55,8 @@ class _Start:
 
     chosen_by = "MPI not started by mpicomm yet"
     asked: str | None = None
+    #: A feature in use that needs more than :data:`DEFAULT_LEVEL`: ``(level, why)`` (:func:`need`).
+    needs: tuple[str, str] | None = None
 
 
 _REMEDIES = """\
@@ -105,7 +108,33 @@ def _requested() -> tuple[str | None, str]:
 
     if "thread_level" in vars(mpi4py.rc) or "threads" in vars(mpi4py.rc):  # set on the instance: by the user
         return None, "the user: mpi4py.rc"
+    if _Start.needs is not None:
+        level, why = _Start.needs
+        return level, f"mpicomm: {why}"
     return DEFAULT_LEVEL, "mpicomm (its default)"
+
+
+def need(level: str, why: str) -> None:
+    """Say that a feature in use needs MPI at ``level`` at least, before MPI starts.
+
+    mpicomm's own choice (never the user's, never a started MPI's) becomes the highest level that
+    the features in use need: the torch backend needs ``multiple``, because torch calls a process
+    group from its own threads (autograd's device threads run DDP's hooks).
+
+    Args:
+        level: One of :data:`LEVELS`.
+        why: The feature, for ``python -m mpicomm info``.
+
+    Example:
+        >>> from mpicomm import _mpi
+        >>> _mpi.need("single", "nothing more than the default") is None
+        True
+    """
+    if level not in LEVELS:
+        raise ArgumentError(f"need: level is {level!r}; expected one of {', '.join(LEVELS)}")
+    known = _Start.needs[0] if _Start.needs is not None else DEFAULT_LEVEL
+    if LEVELS.index(level) > LEVELS.index(known):
+        _Start.needs = (level, why)
 
 
 def _choose_level() -> None:

@@ -31,6 +31,7 @@ import numpy as np
 import torch.distributed as dist
 from torch._C._distributed_c10d import TCPStore
 
+from .. import _mpi
 from ..core import groups
 from ..dense.reductions import barrier
 from ..errors import ArgumentError
@@ -60,6 +61,9 @@ def register() -> None:
         >>> "MPICOMM" in dist.Backend._plugins
         True
     """
+    # torch calls the group from its own threads too (autograd's device threads run DDP's hooks),
+    # which mpicomm refuses below MPI_THREAD_MULTIPLE: ask for it where mpicomm starts MPI.
+    _mpi.need("multiple", "the torch backend (torch calls it from its own threads)")
     if NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "cuda"])
     handlers = _rdzv._rendezvous_handlers

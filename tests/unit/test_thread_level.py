@@ -160,3 +160,51 @@ def test_the_watchdog_ends_a_stuck_job_at_serialized(tmp_path: Path) -> None:
     assert "mpicomm watchdog: all_reduce on group world" in out, out
     assert "went on" not in out and "slept to the end" not in out, out
     assert seconds < 40, f"took {seconds:.1f} s"
+
+
+TORCH_FROM_A_THREAD = """
+    import threading
+    import torch
+    import torch.distributed as dist
+    import mpicomm.torch
+    from mpicomm import _mpi
+
+    dist.init_process_group("mpicomm")
+    r, n = dist.get_rank(), dist.get_world_size()
+    print(f"rank {r} level {_mpi.thread_level()}", flush=True)
+    sums = []
+
+    def step(value):  # as autograd's device threads call DDP's hooks
+        try:
+            t = torch.full((3,), float(value + r))
+            dist.all_reduce(t)
+            sums.append(t.tolist())
+        except Exception as exc:
+            sums.append(type(exc).__name__)
+
+    th = threading.Thread(target=step, args=(10,))
+    th.start()
+    th.join()
+    step(20)
+    print(f"rank {r} sums {sums}", flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def test_the_torch_backend_asks_for_multiple_so_torchs_threads_may_call_it(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    status, out, _ = run_job(tmp_path, TORCH_FROM_A_THREAD)
+    assert status == 0, out
+    want = [[float(2 * v + 1)] * 3 for v in (10, 20)]  # ranks 0 and 1 add v + 0 and v + 1
+    for r in range(2):
+        assert f"rank {r} level multiple (chosen by mpicomm: the torch backend" in out, out
+        assert f"rank {r} sums {want}" in out, out
+
+
+def test_the_users_level_wins_over_the_torch_backends(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    status, out, _ = run_job(tmp_path, TORCH_FROM_A_THREAD, {"MPICOMM_THREAD_LEVEL": "serialized"})
+    assert status == 0, out
+    for r in range(2):
+        assert f"rank {r} level serialized (chosen by MPICOMM_THREAD_LEVEL)" in out, out
+        assert f"rank {r} sums ['DistError', {[41.0] * 3}]" in out, out
