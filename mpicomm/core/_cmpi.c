@@ -330,6 +330,31 @@ static PyObject *p2p(PyObject *const *a, Py_ssize_t nargs, int receive) {
     return done(&b, ierr);
 }
 
+/* The element counts of b's two buffers in *ns and *nr; 0 where either does not fit MPI's int. */
+static int counts_fit(Bufs *b, Py_ssize_t *ns, Py_ssize_t *nr) {
+    *ns = elements(&b->v[0]);
+    *nr = elements(&b->v[1]);
+    return *ns >= 0 && *ns <= INT_MAX && *nr >= 0 && *nr <= INT_MAX;
+}
+
+/* MPI_Sendrecv with the GIL released (the status is not read); the counts fit an int (counts_fit). */
+static int call_sendrecv(const void *s, Py_ssize_t ns, H sdt, int dest, int stag, void *r, Py_ssize_t nr, H rdt,
+                         int source, int rtag, H comm) {
+    union {
+        char bytes[256];
+        long double align;
+    } status;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C)                                                                                        \
+    ((int (*)(const void *, int, C##_T, int, int, void *, int, C##_T, int, int, C##_T, void *))S.fn[F_SENDRECV])( \
+        s, (int)ns, C(sdt), dest, stag, r, (int)nr, C(rdt), source, rtag, C(comm), &status)
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return ierr;
+}
+
 /* sendrecv(send, sdt, dest, sendtag, recv, rdt, source, recvtag, comm): MPI_Sendrecv, the halo step.
  * dest or source may be MPI_PROC_NULL (that side moves nothing); the buffers must share no byte. */
 static PyObject *sendrecv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
@@ -343,23 +368,9 @@ static PyObject *sendrecv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) 
         !handle_of(a[8], S.t_comm, &comm))
         return cannot(&b);
     if (!get(&b, a[0], 0) || !get(&b, a[4], 1) || !apart(&b.v[0], &b.v[1])) return cannot(&b);
-    Py_ssize_t ns = elements(&b.v[0]), nr = elements(&b.v[1]);
-    if (ns < 0 || ns > INT_MAX || nr < 0 || nr > INT_MAX) return cannot(&b);
-    const void *s = b.v[0].buf;
-    void *r = b.v[1].buf;
-    union {
-        char bytes[256];
-        long double align;
-    } status;
-    int ierr;
-    Py_BEGIN_ALLOW_THREADS;
-#define CALL(C)                                                                                        \
-    ((int (*)(const void *, int, C##_T, int, int, void *, int, C##_T, int, int, C##_T, void *))S.fn[F_SENDRECV])( \
-        s, (int)ns, C(sdt), dest, stag, r, (int)nr, C(rdt), source, rtag, C(comm), &status)
-    ierr = S.int_handles ? CALL(HI) : CALL(HP);
-#undef CALL
-    Py_END_ALLOW_THREADS;
-    return done(&b, ierr);
+    Py_ssize_t ns, nr;
+    if (!counts_fit(&b, &ns, &nr)) return cannot(&b);
+    return done(&b, call_sendrecv(b.v[0].buf, ns, sdt, dest, stag, b.v[1].buf, nr, rdt, source, rtag, comm));
 }
 
 #define BAD LONG_MIN /* no rank or tag MPI takes (MPI_PROC_NULL is -1 in MPICH, -2 in Open MPI) */
@@ -451,8 +462,8 @@ static PyObject *sendrecv_checked(PyObject *self, PyObject *const *a, Py_ssize_t
         !handle_of(rtype, S.t_datatype, &rdt))
         return cannot(&b);
     if (!get_strided(&b, a[0], 0) || !get_strided(&b, a[1], 1) || !disjoint(&b.v[0], &b.v[1])) return cannot(&b);
-    Py_ssize_t ns = elements(&b.v[0]), nr = elements(&b.v[1]);
-    if (ns < 0 || ns > INT_MAX || nr < 0 || nr > INT_MAX) return cannot(&b);
+    Py_ssize_t ns, nr;
+    if (!counts_fit(&b, &ns, &nr)) return cannot(&b);
     /* a strided view travels through this thread's scratch memory: packed before, unpacked after */
     int pack_s = !flat(&b.v[0]), pack_r = !flat(&b.v[1]);
     Py_ssize_t need = (pack_s ? b.v[0].len : 0) + (pack_r ? b.v[1].len : 0);
@@ -466,19 +477,8 @@ static PyObject *sendrecv_checked(PyObject *self, PyObject *const *a, Py_ssize_t
         s = scratch;
     }
     if (pack_r) r = scratch + (pack_s ? b.v[0].len : 0);
-    int to = (int)dest, from = (int)source, st = (int)stag, rt = (int)rtag;
-    union {
-        char bytes[256];
-        long double align;
-    } status;
-    int ierr;
-    Py_BEGIN_ALLOW_THREADS;
-#define CALL(C)                                                                                        \
-    ((int (*)(const void *, int, C##_T, int, int, void *, int, C##_T, int, int, C##_T, void *))S.fn[F_SENDRECV])( \
-        s, (int)ns, C(sdt), to, st, r, (int)nr, C(rdt), from, rt, C(comm), &status)
-    ierr = S.int_handles ? CALL(HI) : CALL(HP);
-#undef CALL
-    Py_END_ALLOW_THREADS;
+    int from = (int)source;
+    int ierr = call_sendrecv(s, ns, sdt, (int)dest, (int)stag, r, nr, rdt, from, (int)rtag, comm);
     if (pack_r && !ierr && from != null) strided_copy(&b.v[1], r, 0); /* MPI_PROC_NULL wrote nothing */
     release(&b);
     if (ierr) return mpi_error(ierr);
