@@ -70,9 +70,14 @@ def _single(tensors: list[Any], fn: str) -> Any:
     return tensors[0]
 
 
-def _pending(work: Work | None) -> Work:
-    """The Work of a transfer (a member always gets one; a completed one otherwise)."""
-    return completed() if work is None else work
+def _root(opts: Any) -> int:
+    """The root group rank of a rooted call: ``opts.rootRank`` (0 without options)."""
+    return 0 if opts is None else opts.rootRank
+
+
+def _root_list(tensors: list[list[Any]], fn: str) -> list[Any] | None:
+    """The root's one list of tensors of a gather or scatter (``[]`` off the root: None)."""
+    return list(_single(tensors, fn)) if tensors else None
 
 
 def _splits(sizes: Any) -> list[int] | None:
@@ -186,7 +191,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
         """``dist.reduce``: onto group rank ``opts.rootRank``."""
         t = _single(tensors, "reduce")
         op = ReduceOp.SUM if opts is None else _reduction(opts)
-        root = 0 if opts is None else opts.rootRank
+        root = _root(opts)
         collectives.reduce(t, None, op, self._g, False, group_dst=root)
         return Done(tensors)
 
@@ -231,7 +236,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Done:  # type: ignore[override]
         """``dist.broadcast`` from group rank ``opts.rootRank``."""
         t = _single(tensors, "broadcast")
-        root = 0 if opts is None else opts.rootRank
+        root = _root(opts)
         collectives.broadcast(t, None, self._g, False, group_src=root)
         return Done(tensors) if opts is None else self._work(opts, tensors)
 
@@ -285,8 +290,8 @@ class MpicommProcessGroup(dist.ProcessGroup):
     ) -> Done:
         """``dist.gather`` onto group rank ``opts.rootRank`` (``output_tensors`` is ``[]`` elsewhere)."""
         t = _single(input_tensors, "gather")
-        root = 0 if opts is None else opts.rootRank
-        outs = list(_single(output_tensors, "gather")) if output_tensors else None
+        root = _root(opts)
+        outs = _root_list(output_tensors, "gather")
         collectives.gather(t, outs, None, self._g, False, group_dst=root)
         return Done(output_tensors)
 
@@ -295,8 +300,8 @@ class MpicommProcessGroup(dist.ProcessGroup):
     ) -> Done:
         """``dist.scatter`` from group rank ``opts.rootRank`` (``input_tensors`` is ``[]`` elsewhere)."""
         out = _single(output_tensors, "scatter")
-        root = 0 if opts is None else opts.rootRank
-        ins = list(_single(input_tensors, "scatter")) if input_tensors else None
+        root = _root(opts)
+        ins = _root_list(input_tensors, "scatter")
         collectives.scatter(out, ins, None, self._g, False, group_src=root)
         return Done(output_tensors)
 
@@ -331,20 +336,24 @@ class MpicommProcessGroup(dist.ProcessGroup):
 
     # -- point to point: non-blocking, so that two ranks may both send first
 
+    def _transfer(self, work: Work | None, tensors: list[torch.Tensor]) -> Pending:
+        """The Pending of a send or receive (a member always gets a Work; a completed one otherwise)."""
+        return Pending(completed() if work is None else work, tensors, self._g.ranks)
+
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> Pending:  # type: ignore[override]  # noqa: N803
         """``dist.send``/``isend`` to group rank ``dstRank``."""
         t = _single(tensors, "send")
         work = collectives.isend(t, None, self._g, tag, group_dst=dstRank)
-        return Pending(_pending(work), tensors, self._g.ranks)
+        return self._transfer(work, tensors)
 
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> Pending:  # type: ignore[override]  # noqa: N803
         """``dist.recv``/``irecv`` from group rank ``srcRank``."""
         t = _single(tensors, "recv")
         work = collectives.irecv(t, None, self._g, tag, group_src=srcRank)
-        return Pending(_pending(work), tensors, self._g.ranks)
+        return self._transfer(work, tensors)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> Pending:  # type: ignore[override]
         """``dist.recv(src=None)``: from any rank; the Work's ``_source_rank()`` names the group rank."""
         t = _single(tensors, "recv_anysource")
         work = collectives.irecv(t, None, self._g, tag)
-        return Pending(_pending(work), tensors, self._g.ranks)
+        return self._transfer(work, tensors)
