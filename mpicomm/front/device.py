@@ -4,12 +4,17 @@ A call whose arguments hold device arrays (cupy arrays, or torch CUDA tensors an
 objects already viewed as the GPU backend's arrays by :mod:`mpicomm.front.kinds`) is checked (all
 arrays on one side, device ones on the current device), then takes one path:
 
-* **direct**: the MPI is CUDA-aware (:func:`~mpicomm.gpu.cuda_aware.cuda_awareness`), the call is
-  blocking, and it is a data-movement call with a direct implementation (``mpicomm.gpu.direct``);
-  device pointers go to MPI after the caller's current stream is synchronised.
+* **direct**: the MPI is CUDA-aware (:func:`~mpicomm.gpu.cuda_aware.cuda_awareness`) and it is a
+  data-movement call with a direct implementation (``mpicomm.gpu.direct``), blocking or one of the
+  collectives that serve ``async_op=True`` with a completed Work; device pointers go to MPI after the
+  caller's current stream is synchronised.
 * **staged**: everything else; through pinned host buffers around the host implementation
   (``mpicomm.gpu.staged``), or the chunked pipeline for large element-wise reductions
   (``mpicomm.gpu.pipeline``).
+
+Which path a call takes, and so which MPI calls it makes, does not depend on ``async_op``: the direct
+collectives and the pipeline run an asynchronous call as a blocking one and return a completed Work,
+so ranks may differ in ``async_op`` as they may in array kind (``mpicomm.core.chunks``).
 
 The staged path copies only what the host code reads and writes on this rank: nothing on a rank
 outside the group; the root's array only down and the others' only up for ``broadcast``; every
@@ -39,6 +44,7 @@ from ..dense import batch, p2p
 from ..errors import ArgumentTypeError
 from ..gpu.backend import backend
 from ..gpu.cuda_aware import cuda_awareness
+from ..gpu.direct import COMPLETING
 from ..gpu.staged import StagedWork, Staging
 from . import kinds
 
@@ -125,7 +131,9 @@ def on_device(
         pipelined = None  # one chunk: the pipeline would decline (core.chunks)
     try:
         for path, impl in (("direct", direct), ("pipelined", pipelined)):
-            if impl is None or (path == "direct" and not (blocking and cuda_awareness().aware)):
+            if impl is None or (
+                path == "direct" and not (cuda_awareness().aware and (blocking or fn in COMPLETING))
+            ):
                 continue
             done = impl(*bound.args, **bound.kwargs)
             if done is not NotImplemented:

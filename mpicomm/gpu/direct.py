@@ -2,8 +2,10 @@
 
 Used only where the MPI really handles device memory (Open MPI 4.1's CUDA build: blocking point-to-
 point and blocking collectives; never non-blocking collectives or ``MPI_Reduce_local``), so only for
-blocking calls, and only for the calls that move data without arithmetic: ``broadcast``,
-``all_gather_into_tensor``, ``all_to_all_single``, ``send`` and ``recv``. Reductions stay staged:
+blocking MPI calls, and only for the calls that move data without arithmetic: ``broadcast``,
+``all_gather_into_tensor``, ``all_to_all_single``, ``send`` and ``recv``. The three collectives serve
+``async_op=True`` too, with the same blocking MPI call and a completed Work (:data:`COMPLETING`), so
+the path, like the MPI calls, does not depend on ``async_op``. Reductions stay staged:
 Open MPI's CUDA reductions copy through pageable host memory, unpipelined, which the staged pipeline
 beats (docs/gpu.rst).
 
@@ -28,11 +30,15 @@ from .. import _mpi
 from ..core import chunks, validation
 from ..core.buffers import datatype
 from ..core.groups import ProcessGroup, resolve, root_rank
+from ..core.work import completed
 from ..dense.alltoall import _counts, _row, _splits, _unsplit
 from ..dense.p2p import _peer, _tag
 from .backend import backend
 
-__all__ = ["all_gather_into_tensor", "all_to_all_single", "broadcast", "recv", "send"]
+__all__ = ["COMPLETING", "all_gather_into_tensor", "all_to_all_single", "broadcast", "recv", "send"]
+
+#: The direct calls that serve ``async_op=True`` with their blocking MPI call, returning a completed Work.
+COMPLETING = frozenset(("broadcast", "all_gather_into_tensor", "all_to_all_single"))
 
 
 def _group(group: ProcessGroup | None, fn: str) -> ProcessGroup | None:
@@ -81,7 +87,7 @@ def broadcast(
 ) -> Any:
     """``broadcast`` with the device array handed to MPI (``NotImplemented`` where not applicable)."""
     g = _group(group, "broadcast")
-    if g is None or async_op:
+    if g is None:
         return NotImplemented
     root = root_rank(g, src, group_src, "broadcast", "src")
     buf, back = _writable(tensor)
@@ -94,7 +100,7 @@ def broadcast(
     g.comm.Bcast([buf, datatype(tensor.dtype)], root)
     if g.rank() != root:
         back()
-    return None
+    return completed([tensor]) if async_op else None
 
 
 def all_gather_into_tensor(
@@ -102,7 +108,7 @@ def all_gather_into_tensor(
 ) -> Any:
     """``all_gather_into_tensor`` with device arrays handed to MPI."""
     g = _group(group, "all_gather_into_tensor")
-    if g is None or async_op or output_tensor.dtype != input_tensor.dtype:
+    if g is None or output_tensor.dtype != input_tensor.dtype:
         return NotImplemented
     if output_tensor.size != g.size() * input_tensor.size:
         return NotImplemented
@@ -112,12 +118,12 @@ def all_gather_into_tensor(
             return NotImplemented  # the staged path shows the host code the same aliasing
         _ready()
         g.comm.Allgather(_mpi.MPI.IN_PLACE, [output_tensor, dt])
-        return None
+        return completed([output_tensor]) if async_op else None
     out, back = _writable(output_tensor)
     (inp,) = _ready(input_tensor)
     g.comm.Allgather([inp, dt], [out, dt])
     back()
-    return None
+    return completed([output_tensor]) if async_op else None
 
 
 def _own_slot(out: Any, inp: Any, rank: int) -> bool:
@@ -139,7 +145,7 @@ def all_to_all_single(
     """``all_to_all_single`` with device arrays handed to MPI (``Alltoall`` or ``Alltoallv``)."""
     fn = "all_to_all_single"
     g = _group(group, fn)
-    if g is None or async_op or output.dtype != input.dtype:
+    if g is None or output.dtype != input.dtype:
         return NotImplemented
     try:
         row = _row(input, output, fn)
@@ -160,7 +166,7 @@ def all_to_all_single(
     else:
         g.comm.Alltoallv([inp, _counts(in_rows, row), dt], [out, _counts(out_rows, row), dt])
     back()
-    return None
+    return completed([output]) if async_op else None
 
 
 def send(

@@ -10,17 +10,18 @@ on its host buffers, so float16 and bfloat16 (reduced in float32), AVG and PREMU
 path's, chunk for chunk.
 
 Whether the chunks go on the wire is asked of every rank first (:func:`mpicomm.core.chunks.split`):
-only where every rank pipelines (all hold device arrays and call blocking) does the message go in
-chunks; where any rank holds host arrays (numpy, torch CPU), which never chunk (their speed), or takes
-another path, every rank sends it in one call, and this rank stages it whole. So ranks may hold any
-kind and any layout in one call. A strided array goes through a contiguous device copy.
-``reduce_scatter_tensor`` is not pipelined. The order of the
-waits is checked on the CPU with the lazy fake cupy (``tests/mpi/test_gpu_fakecupy.py``), and on a GPU
-by ``tests/gpu``.
+only where every rank pipelines (all hold device arrays) does the message go in chunks; where any
+rank holds host arrays (numpy, torch CPU), which never chunk (their speed), or takes another path,
+every rank sends it in one call, and this rank stages it whole. So ranks may hold any kind and any
+layout in one call. ``async_op`` plays no part: an asynchronous call asks and pipelines like a
+blocking one, finishes before it returns and hands back a completed Work (the host path's
+semantics), so ranks may differ in ``async_op`` too. A strided array goes through a contiguous
+device copy. ``reduce_scatter_tensor`` is not pipelined. The order of the waits is checked on the
+CPU with the lazy fake cupy (``tests/mpi/test_gpu_fakecupy.py``), and on a GPU by ``tests/gpu``.
 
-Each function returns ``NotImplemented`` where it does not apply (asynchronous or small calls, a rank
-outside the group, arguments the host code would refuse); the generic staged path then serves the
-call or raises the host code's error.
+Each function returns ``NotImplemented`` where it does not apply (small calls, a rank outside the
+group, arguments the host code would refuse); the generic staged path then serves the call or raises
+the host code's error.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from ..core import chunks
 from ..core.groups import ProcessGroup, resolve, root_rank
 from ..core.reduce_op import ReduceOp
+from ..core.work import completed
 from ..dense import alltoall, reductions
 from .direct import _overlap
 from .staged import Staging
@@ -40,15 +42,16 @@ __all__ = ["all_reduce", "all_to_all_single", "broadcast", "reduce", "run_chunks
 
 
 def _plan(
-    x: Any, async_op: bool, group: ProcessGroup | None, fn: str, parts: int = 1
+    x: Any, group: ProcessGroup | None, fn: str, parts: int = 1
 ) -> tuple[ProcessGroup, ChunkPlan] | None:
     """The group and the chunk plan if the call is pipelined (every rank pipelines it), else None.
+
+    ``async_op`` plays no part: an asynchronous call pipelines like a blocking one and returns a
+    completed Work, so ranks that differ in ``async_op`` make the same MPI calls.
 
     ``parts``: ``x`` is cut in that many equal parts that move together, one chunk of each per step
     (``all_to_all_single``): the plan covers one part, with chunks of ``1 / parts`` of the chunk size.
     """
-    if async_op is not False:
-        return None
     try:
         g = resolve(group, fn)
     except Exception:
@@ -179,12 +182,12 @@ def all_reduce(
     tensor: Any, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None, async_op: bool = False
 ) -> Any:
     """``all_reduce`` of a large device array in pipelined chunks (see the module docstring)."""
-    found = _plan(tensor, async_op, group, "all_reduce")
+    found = _plan(tensor, group, "all_reduce")
     if found is None:
         return NotImplemented
     _, plan = found
     _run(tensor, plan, lambda h, _o: reductions.all_reduce(h, op, group), True, True)
-    return None
+    return completed([tensor]) if async_op else None
 
 
 def broadcast(
@@ -196,7 +199,7 @@ def broadcast(
 ) -> Any:
     """``broadcast`` of a large device array in pipelined chunks (see the module docstring)."""
     root = _root(group, src, group_src, "broadcast", "src")
-    found = None if root is None else _plan(tensor, async_op, group, "broadcast")
+    found = None if root is None else _plan(tensor, group, "broadcast")
     if found is None or root is None:
         return NotImplemented
     g, plan = found
@@ -206,7 +209,7 @@ def broadcast(
         reductions.broadcast(h, g.ranks[root], group)
 
     _run(tensor, plan, step, down=mine, up=not mine)
-    return None
+    return completed([tensor]) if async_op else None
 
 
 def reduce(
@@ -219,7 +222,7 @@ def reduce(
 ) -> Any:
     """``reduce`` of a large device array in pipelined chunks: only the destination's array is written."""
     root = _root(group, dst, group_dst, "reduce", "dst")
-    found = None if root is None else _plan(tensor, async_op, group, "reduce")
+    found = None if root is None else _plan(tensor, group, "reduce")
     if found is None or root is None:
         return NotImplemented
     g, plan = found
@@ -228,7 +231,7 @@ def reduce(
         reductions.reduce(h, g.ranks[root], op, group)
 
     _run(tensor, plan, step, down=True, up=g.rank() == root)
-    return None
+    return completed([tensor]) if async_op else None
 
 
 def all_to_all_single(
@@ -263,7 +266,7 @@ def all_to_all_single(
         return NotImplemented  # the host code serves the call or raises its error
     if _overlap(input, output):
         return NotImplemented  # overlapping memory: the staged path keeps the host code's aliasing rules
-    found = _plan(output, async_op, group, fn, parts=n)
+    found = _plan(output, group, fn, parts=n)
     if found is None:
         return NotImplemented
     _, plan = found
@@ -272,4 +275,4 @@ def all_to_all_single(
         alltoall.all_to_all_single(o, h, group=group)
 
     _run(input, plan, step, down=True, up=True, out=output, parts=n, out_parts=n)
-    return None
+    return completed([output]) if async_op else None

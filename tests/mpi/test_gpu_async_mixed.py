@@ -22,7 +22,9 @@ from fakecupy.testing import inputs, world
 from test_gpu_mixed_kinds import DENSE, SIZES, get, make
 
 import mpicomm
-from mpicomm.gpu import staged
+from mpicomm.front import device as front
+from mpicomm.gpu import direct, staged
+from mpicomm.gpu.cuda_aware import cuda_awareness
 
 #: Which ranks ask for a Work.
 ASYNC: dict[str, Callable[[int, int], bool]] = {
@@ -149,3 +151,28 @@ def test_the_reported_case_blocking_rank0_async_rank1_16k_device_all_reduce(cp: 
     d2 = cp.asarray(x[r])  # and the next call still matches (no question left over on any rank)
     mpicomm.broadcast(d2, src=n - 1)
     np.testing.assert_array_equal(d2.get(), x[n - 1])
+
+
+@pytest.mark.parametrize("call", ["all_reduce", "broadcast", "reduce", "all_to_all_single"])
+@pytest.mark.parametrize("which", list(ASYNC))
+def test_async_device_calls_pipeline_like_blocking_ones(
+    cp: Any, chunk4k: None, call: str, which: str
+) -> None:
+    """Every rank on cupy, some async: the same path on every rank (direct or pipelined), a completed Work."""
+    r, n = world()
+    flag = ASYNC[which](r, n)
+    run(call, cp, "cupy", SIZES["many-chunks"], flag)
+    path = "direct" if cuda_awareness().aware and call in direct.COMPLETING else "pipelined"
+    assert front.PATHS[call, path] == 1
+    assert sum(front.PATHS.values()) == 1
+
+
+def test_an_async_pipelined_work_shows_the_callers_array(cp: Any, chunk4k: None) -> None:
+    r, n = world()
+    x = inputs(n, 2048)
+    d = cp.asarray(x[r])
+    work = mpicomm.all_reduce(d, async_op=True)
+    assert work.is_completed()  # done on return: the chunks ran before it
+    (shown,) = work.result()
+    assert shown is d
+    np.testing.assert_array_equal(d.get(), x.sum(axis=0))
