@@ -8,19 +8,11 @@ validation exchange forever. The timeout is only a guard that reports a hang.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
-import pytest
+from mpijobs import needs_mpiexec, run_job
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
-REPO = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")
+pytestmark = needs_mpiexec
 
 SCRIPT = """
     import sys
@@ -43,24 +35,8 @@ SCRIPT = """
 
 
 def test_every_rank_catches_the_error_and_the_job_exits(tmp_path: Path) -> None:
-    path = tmp_path / "mistake.py"
-    path.write_text(textwrap.dedent(SCRIPT))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [str(MPIEXEC), "-n", "2", sys.executable, str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the job hung after a mistake on rank 0:\n{out}")
-    assert proc.returncode != 0
+    status, out, _ = run_job(tmp_path, SCRIPT, 2, timeout=120)
+    assert status != 0
     for rank in (0, 1):
         assert f"rank {rank} caught: all_to_all_single: output_split_sizes" in out, out
     assert "went on" not in out

@@ -6,45 +6,12 @@ mpi4py``, starts MPI.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from mpijobs import needs_mpiexec, run_job
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
-REPO = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")
-
-
-def run_job(
-    tmp_path: Path, body: str, env: dict[str, str] | None = None, ranks: int = 2
-) -> tuple[int, str, float]:
-    path = tmp_path / "job.py"
-    path.write_text(textwrap.dedent(body))
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("MPI4PY_RC_", "MPICOMM_THREAD"))}
-    environment.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **(env or {})})
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        [str(MPIEXEC), "-n", str(ranks), sys.executable, str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=environment,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the job hung:\n{out}")
-    return proc.returncode, out, time.monotonic() - start
+pytestmark = needs_mpiexec
 
 
 TWO_THREADS = """
@@ -97,7 +64,7 @@ def test_mpicomm_asks_for_serialized_and_refuses_a_second_thread_before_mpi(tmp_
 
 def test_two_threads_on_their_own_groups_run_at_once_with_the_multiple_level(tmp_path: Path) -> None:
     status, out, _ = run_job(
-        tmp_path, TWO_THREADS.format(concurrent=True), {"MPICOMM_THREAD_LEVEL": "multiple"}
+        tmp_path, TWO_THREADS.format(concurrent=True), env={"MPICOMM_THREAD_LEVEL": "multiple"}
     )
     assert status == 0, out
     for r in range(2):
@@ -132,7 +99,7 @@ def test_the_users_choice_is_respected(tmp_path: Path, setting: str, env: dict[s
     mpicomm.init()
     sys.stdout.write(f"level {{_mpi.thread_level()}}\\n")
     """
-    status, out, _ = run_job(tmp_path, body, env)
+    status, out, _ = run_job(tmp_path, body, env=env)
     assert status == 0, out
     assert out.count(f"level {want}") == 2, out
 
@@ -203,7 +170,7 @@ def test_the_torch_backend_asks_for_multiple_so_torchs_threads_may_call_it(tmp_p
 
 def test_the_users_level_wins_over_the_torch_backends(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    status, out, _ = run_job(tmp_path, TORCH_FROM_A_THREAD, {"MPICOMM_THREAD_LEVEL": "serialized"})
+    status, out, _ = run_job(tmp_path, TORCH_FROM_A_THREAD, env={"MPICOMM_THREAD_LEVEL": "serialized"})
     assert status == 0, out
     for r in range(2):
         assert f"rank {r} level serialized (chosen by MPICOMM_THREAD_LEVEL)" in out, out

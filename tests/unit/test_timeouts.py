@@ -7,45 +7,12 @@ outside ends the job), and must end within seconds with the message that says wh
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import textwrap
-import time
-from pathlib import Path
 
 import pytest
+from mpijobs import needs_mpiexec, run_job
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
-REPO = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")
-
-
-def run_job(
-    tmp_path: Path, body: str, ranks: int, env: dict[str, str] | None = None
-) -> tuple[int, str, float]:
-    """Run ``body`` under ``mpiexec -n ranks python``; return its exit status, output and seconds."""
-    path = tmp_path / "job.py"
-    path.write_text(textwrap.dedent(body))
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **(env or {})}
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        [str(MPIEXEC), "-n", str(ranks), sys.executable, str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=environment,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the job hung:\n{out}")
-    return proc.returncode, out, time.monotonic() - start
+pytestmark = needs_mpiexec
 
 
 NEVER_ARRIVES = """
@@ -219,7 +186,6 @@ def test_a_sample_reads_no_frame_of_another_thread(monkeypatch, any_thread):
     its own thread holds (CPython gh-106883): a rank froze for good in CI that way, and reading
     frames of running threads crashed it now and then.
     """
-    import sys
     import threading
 
     import mpicomm
@@ -253,7 +219,6 @@ def test_a_sample_reads_no_frame_of_another_thread(monkeypatch, any_thread):
 
 def test_a_front_door_token_holds_the_group_and_no_array():
     """The token of a call through the front door: its site, its group, no array (none kept alive)."""
-    import sys
 
     import numpy as np
 
