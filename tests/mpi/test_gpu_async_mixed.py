@@ -12,19 +12,34 @@ verification.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from fakecupy import testing
 from fakecupy.testing import inputs, world
-from test_gpu_mixed_kinds import DENSE, SIZES, get, make
 
 import mpicomm
 from mpicomm.front import device as front
 from mpicomm.gpu import direct, staged
 from mpicomm.gpu.cuda_aware import cuda_awareness
+
+
+def _mixed_kinds() -> Any:
+    """tests/mpi/test_gpu_mixed_kinds.py by its path: tests/gpu/test_paths_gpu.py loads this module too."""
+    path = Path(__file__).with_name("test_gpu_mixed_kinds.py")
+    spec = importlib.util.spec_from_file_location("gpu_async_mixed_kinds", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_kinds = _mixed_kinds()
+DENSE, SIZES, get, make = _kinds.DENSE, _kinds.SIZES, _kinds.get, _kinds.make
 
 #: Which ranks ask for a Work.
 ASYNC: dict[str, Callable[[int, int], bool]] = {
@@ -176,3 +191,24 @@ def test_an_async_pipelined_work_shows_the_callers_array(cp: Any, chunk4k: None)
     (shown,) = work.result()
     assert shown is d
     np.testing.assert_array_equal(d.get(), x.sum(axis=0))
+
+
+@pytest.mark.parametrize("call", ["all_reduce", "reduce"])
+@pytest.mark.parametrize("kinds", list(KINDS))
+@pytest.mark.parametrize("which", list(ASYNC))
+def test_float16_reductions_reduced_in_float32_with_ranks_differing_in_async_op(
+    cp: Any, chunk4k: None, call: str, which: str, kinds: str
+) -> None:
+    """float16 goes through float32 copies (twice the bytes: the host code may ask chunks.split twice)."""
+    r, n = world()
+    k = 3 * 2048 + 5  # float16: three 4 KiB chunks and a bit
+    x = inputs(n, k, "float16")
+    t = make(cp, KINDS[kinds](r), x[r])
+    flag = ASYNC[which](r, n)
+    if call == "all_reduce":
+        _done(mpicomm.all_reduce(t, async_op=flag), flag)
+        want = x.astype(np.float32).sum(axis=0).astype(np.float16)
+    else:
+        _done(mpicomm.reduce(t, dst=n - 1, async_op=flag), flag)
+        want = x.astype(np.float32).sum(axis=0).astype(np.float16) if r == n - 1 else x[r]
+    np.testing.assert_array_equal(get(t), want)
