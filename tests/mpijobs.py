@@ -1,4 +1,4 @@
-"""Real ``mpiexec -n N python job.py`` jobs for the unit tests that watch a whole job start and end.
+"""Jobs in fresh processes for the unit tests: ``mpiexec -n N python job.py``, or one interpreter outside MPI.
 
 In such a job mpicomm, not ``python -m mpi4py``, starts MPI; the tests read its exit status, its
 output and how long it took. The timeout only turns a hang into a failure that shows the output.
@@ -6,6 +6,7 @@ output and how long it took. The timeout only turns a hang into a failure that s
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -51,3 +52,25 @@ def run_job(
         out, _ = proc.communicate()
         pytest.fail(f"the job hung:\n{out}")
     return proc.returncode, out, time.monotonic() - start
+
+
+def python(code: str, env: dict[str, str] | None = None, timeout: float = 120) -> dict:
+    """Run ``code`` in a fresh interpreter outside any MPI launcher; it prints one JSON object last.
+
+    The launcher's variables (and mpicomm's own settings) are left out, so that the child starts as
+    a plain ``python`` would; ``env`` adds to what is left. Returns that last JSON object.
+    """
+    drop = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIEXEC_", "MPICOMM_")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    clean["OMP_NUM_THREADS"] = "1"
+    clean.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=clean,
+        cwd=REPO,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, f"rc={proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -5,38 +5,13 @@ Each check runs in a fresh interpreter, since the test process itself may have s
 
 from __future__ import annotations
 
-import json
-import os
 import pkgutil
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
+from mpijobs import python
 
 import mpicomm
 from mpicomm import errors
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def python(code: str, env: dict[str, str] | None = None, timeout: float = 60) -> dict:
-    """Run ``code`` in a fresh interpreter outside any MPI launcher; it prints one JSON object last."""
-    drop = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIEXEC_", "MPICOMM_")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    clean["OMP_NUM_THREADS"] = "1"
-    clean.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=clean,
-        cwd=REPO,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, f"rc={proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_import_does_not_load_mpi() -> None:

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
+from mpijobs import python
 
 import mpicomm
 
-REPO = Path(__file__).resolve().parents[2]
 HEAVY = (
     "mpicomm.front",
     "mpicomm.dense",
@@ -22,23 +16,8 @@ HEAVY = (
 )
 
 
-def fresh(code: str) -> dict:
-    drop = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIEXEC_", "MPICOMM_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_a_first_get_rank_imports_neither_the_front_door_nor_the_data_paths() -> None:
-    got = fresh("""
+    got = python("""
         import json, sys
         import mpicomm
         mpicomm.get_rank()
@@ -49,7 +28,7 @@ def test_a_first_get_rank_imports_neither_the_front_door_nor_the_data_paths() ->
 
 
 def test_torchs_group_methods_attach_on_first_use() -> None:
-    got = fresh("""
+    got = python("""
         import json
         import numpy as np
         import mpicomm
