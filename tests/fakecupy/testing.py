@@ -47,6 +47,27 @@ def use_staged(monkeypatch: Any, aware: str = "0") -> None:
     front.PATHS.clear()
 
 
+def staged_fake(fake: Any, monkeypatch: Any) -> Iterator[Any]:
+    """A fixture's body: ``fake`` (the module's fake cupy) on the staged path for one test.
+
+    After the test the fake's streams are drained and every staging buffer must be back in the pool.
+    The watchdog forgets the frames it last sampled and cycles are collected first: either would keep
+    a dropped Work, and so its buffers, alive past the test without any leak in mpicomm.
+    """
+    import gc
+
+    from mpicomm.core import watchdog
+    from mpicomm.gpu import staged
+
+    use_staged(monkeypatch)
+    yield fake
+    fake._fake.drain()
+    watchdog.forget()
+    gc.collect()
+    staged.reap()
+    assert staged.pool().stats().bytes_in_use == 0, "a staged call kept buffers"
+
+
 def chunk_size(monkeypatch: Any, value: str) -> Iterator[None]:
     """A fixture's body: ``MPICOMM_STAGING_CHUNK=value`` for one test (read again now and after)."""
     from mpicomm.core import chunks

@@ -18,7 +18,6 @@ from fakecupy.testing import inputs, world
 import mpicomm
 from mpicomm import ArgumentError
 from mpicomm.front import device as front
-from mpicomm.gpu import staged
 
 MIB4 = (4 << 20) // 8  # float64 elements in 4 MiB
 
@@ -30,10 +29,7 @@ def fake() -> Iterator[Any]:
 
 @pytest.fixture
 def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    testing.use_staged(monkeypatch)
-    yield fake
-    fake._fake.drain()
-    assert staged.pool().stats().bytes_in_use == 0
+    yield from testing.staged_fake(fake, monkeypatch)
 
 
 def ring(make: Any, get: Any) -> None:

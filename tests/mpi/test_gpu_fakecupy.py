@@ -40,13 +40,7 @@ def fake() -> Iterator[Any]:
 
 @pytest.fixture
 def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    testing.use_staged(monkeypatch)
-    yield fake
-    fake._fake.drain()
-    watchdog.forget()  # the frames it last saw would keep a dropped Work alive until its next sample
-    gc.collect()
-    staged.reap()
-    assert staged.pool().stats().bytes_in_use == 0, "a staged call kept buffers"
+    yield from testing.staged_fake(fake, monkeypatch)
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ from fakecupy.testing import inputs, world
 import mpicomm
 from mpicomm.core import chunks
 from mpicomm.front import device as front
-from mpicomm.gpu import staged
 
 try:  # in the dev venv; test_paths_gpu imports this module on the GPU image too: there torch's kinds
     import torch  # become numpy if it has no torch, so the other tests of that module still run
@@ -49,11 +48,7 @@ def fake() -> Iterator[Any]:
 
 @pytest.fixture
 def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    testing.use_staged(monkeypatch)
-    yield fake
-    fake._fake.drain()
-    staged.reap()
-    assert staged.pool().stats().bytes_in_use == 0, "a staged call kept buffers"
+    yield from testing.staged_fake(fake, monkeypatch)
 
 
 @pytest.fixture
