@@ -17,6 +17,7 @@ from unit.test_jagged_reference import (
     SAME_ON_EVERY_RANK,
     check_output,
     global_inputs,
+    received_rows,
     reference_all_to_all,
     stagger_order,
 )
@@ -215,16 +216,10 @@ def test_jagged_all_to_all_moves_rows_like_the_reference(
         assert isinstance(got, Work)
         got = JaggedResult(*got.result())
     assert isinstance(got, JaggedResult)
-    want_l, want_v = [], []
-    for s in range(world.size()):
-        row0 = sum(splits[s][:r])
-        lo = int(lengths[s][:row0].sum())
-        n = int(lengths[s][row0 : row0 + splits[s][r]].sum())
-        want_l.append(lengths[s][row0 : row0 + splits[s][r]])
-        want_v.append(values[s][lo : lo + n])
+    want_l, want_v = received_rows(r, lengths, values, splits)
     assert got.splits == [splits[s][r] for s in range(world.size())]
-    np.testing.assert_array_equal(got.lengths, np.concatenate(want_l))
-    np.testing.assert_array_equal(got.values, np.concatenate(want_v))
+    np.testing.assert_array_equal(got.lengths, want_l)
+    np.testing.assert_array_equal(got.values, want_v)
     assert got.values.shape[1:] == (3,)
 
 

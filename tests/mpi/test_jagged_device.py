@@ -24,6 +24,7 @@ from unit.test_jagged_reference import (
     RankInput,
     check_output,
     global_inputs,
+    received_rows,
     reference_all_to_all,
 )
 
@@ -311,18 +312,6 @@ def rows_everywhere(world: mpicomm.ProcessGroup, seed: int) -> tuple[list[Any], 
     return lengths, values, splits
 
 
-def rows_for(r: int, lengths: list[Any], values: list[Any], splits: list[list[int]]) -> tuple[Any, Any]:
-    """The reference: what rank r receives, source by source."""
-    want_l, want_v = [], []
-    for s in range(len(lengths)):
-        row0 = sum(splits[s][:r])
-        lo = int(lengths[s][:row0].sum())
-        n = int(lengths[s][row0 : row0 + splits[s][r]].sum())
-        want_l.append(lengths[s][row0 : row0 + splits[s][r]])
-        want_v.append(values[s][lo : lo + n])
-    return np.concatenate(want_l), np.concatenate(want_v)
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("strided", [False, True])
 def test_jagged_all_to_all_on_device_matches_the_reference(
@@ -337,7 +326,7 @@ def test_jagged_all_to_all_on_device_matches_the_reference(
         vals = wide[:, ::2]
     got = mpicomm.jagged_all_to_all(vals, cp.asarray(lengths[r]), splits[r])
     assert isinstance(got.values, cp.ndarray) and isinstance(got.lengths, cp.ndarray)
-    want_l, want_v = rows_for(r, lengths, values, splits)
+    want_l, want_v = received_rows(r, lengths, values, splits)
     np.testing.assert_array_equal(got.lengths.get(), want_l)
     np.testing.assert_array_equal(got.values.get(), want_v)
     assert got.lengths.dtype == np.int32 and got.splits == [splits[s][r] for s in range(world.size())]
@@ -349,7 +338,7 @@ def test_jagged_all_to_all_async_on_device_is_staged(cp: Any, path: str, world: 
     r = world.rank()
     work = mpicomm.jagged_all_to_all(cp.asarray(values[r]), cp.asarray(lengths[r]), splits[r], async_op=True)
     got_l, got_v, _ = work.result()
-    want_l, want_v = rows_for(r, lengths, values, splits)
+    want_l, want_v = received_rows(r, lengths, values, splits)
     np.testing.assert_array_equal(got_v.get(), want_v)
     np.testing.assert_array_equal(got_l.get(), want_l)
     assert dict(front.PATHS) == {("jagged_all_to_all", "staged"): 1}  # CUDA-aware MPIs: no async on device
@@ -359,7 +348,7 @@ def test_jagged_all_to_all_of_a_foreign_device_array(cp: Any, path: str, world: 
     lengths, values, splits = rows_everywhere(world, 9)
     r = world.rank()
     got = mpicomm.jagged_all_to_all(ForeignDeviceArray(values[r]), ForeignDeviceArray(lengths[r]), splits[r])
-    want_l, want_v = rows_for(r, lengths, values, splits)
+    want_l, want_v = received_rows(r, lengths, values, splits)
     assert isinstance(got.values, cp.ndarray)
     np.testing.assert_array_equal(got.values.get(), want_v)
     np.testing.assert_array_equal(got.lengths.get(), want_l)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from unit.test_jagged_reference import received_rows
 
 import mpicomm
 from mpicomm import jagged_all_to_all
@@ -37,17 +38,6 @@ def inputs(world: mpicomm.ProcessGroup, seed: int, rows: int, dtype: np.dtype, l
     return lengths, splits, values
 
 
-def expected(world: mpicomm.ProcessGroup, lengths: list, splits: list, values: list) -> tuple:
-    r, want_l, want_v = world.rank(), [], []
-    for s in range(world.size()):
-        row0 = sum(splits[s][:r])
-        lo = int(lengths[s][:row0].sum())
-        n = int(lengths[s][row0 : row0 + splits[s][r]].sum())
-        want_l.append(lengths[s][row0 : row0 + splits[s][r]])
-        want_v.append(values[s][lo : lo + n])
-    return np.concatenate(want_l), np.concatenate(want_v)
-
-
 @pytest.mark.parametrize("async_op", [False, True])
 @pytest.mark.parametrize(
     ("rows", "dtype", "lens_dtype"),
@@ -64,7 +54,7 @@ def test_records_move_whole(
         assert isinstance(got, Work)
         got = JaggedResult(*got.result())
     assert isinstance(got, JaggedResult)
-    want_l, want_v = expected(world, lengths, splits, values)
+    want_l, want_v = received_rows(world.rank(), lengths, values, splits)
     assert got.splits == [splits[s][r] for s in range(world.size())]
     assert got.lengths.dtype == lens_dtype and got.values.dtype == dtype
     np.testing.assert_array_equal(got.lengths, want_l)
@@ -96,7 +86,7 @@ def test_ranks_may_differ_in_async_op(world: mpicomm.ProcessGroup, rows: int) ->
     if isinstance(got, Work):
         got = JaggedResult(*got.result())
     assert isinstance(got, JaggedResult)
-    want_l, want_v = expected(world, lengths, splits, values)
+    want_l, want_v = received_rows(world.rank(), lengths, values, splits)
     np.testing.assert_array_equal(got.lengths, want_l)
     np.testing.assert_array_equal(got.values, want_v)
 

@@ -102,6 +102,24 @@ def reference_all_to_all(
     return outputs
 
 
+def received_rows(
+    r: int, lengths: list[Any], values: list[Any], splits: list[list[int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The reference of a plain jagged all-to-all: the lengths and values rank ``r`` receives.
+
+    Source ``s`` sends its rows in rank order, ``splits[s][d]`` of them to rank ``d``; rank ``r`` gets
+    each source's share in source order (``lengths[s]`` counts the values of each of s's rows).
+    """
+    want_l, want_v = [], []
+    for s in range(len(lengths)):
+        row0 = sum(splits[s][:r])
+        lo = int(lengths[s][:row0].sum())
+        n = int(lengths[s][row0 : row0 + splits[s][r]].sum())
+        want_l.append(lengths[s][row0 : row0 + splits[s][r]])
+        want_v.append(values[s][lo : lo + n])
+    return np.concatenate(want_l), np.concatenate(want_v)
+
+
 def check_output(got: KeyedJaggedArray, want: dict[str, Any]) -> None:
     assert got.keys() == want["keys"]
     assert got.lengths().tolist() == want["lengths"]
