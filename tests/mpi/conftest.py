@@ -116,3 +116,15 @@ def world() -> mpicomm.ProcessGroup:
 def rng() -> np.random.Generator:
     """A generator with the same seed on every rank, so every rank can build the global input."""
     return np.random.default_rng(20261121)
+
+
+@pytest.fixture
+def validation_off(world: mpicomm.ProcessGroup) -> Iterator[None]:
+    """Validation mode off for one test, then as it was: for tests of what reaches MPI unchecked.
+
+    A module takes it for every test with ``pytestmark = pytest.mark.usefixtures("validation_off")``.
+    """
+    saved = mpicomm.is_validation_enabled()
+    mpicomm.set_validation(False)
+    yield
+    mpicomm.set_validation(saved)

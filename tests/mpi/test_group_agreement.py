@@ -7,7 +7,7 @@ all_reduce returned 1.0 instead of 2.0). A local mistake on one rank is raised o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,13 +18,7 @@ import mpicomm
 from mpicomm import ArgumentError, CrossRankMismatchError, MpicommError
 from mpicomm.core import validation
 
-
-@pytest.fixture(autouse=True)
-def validation_off(world: mpicomm.ProcessGroup) -> Iterator[None]:
-    saved = validation.is_validation_enabled()
-    mpicomm.set_validation(False)
-    yield
-    mpicomm.set_validation(saved)
+pytestmark = pytest.mark.usefixtures("validation_off")
 
 
 def _same_everywhere(call: Callable[[], Any], cls: type[BaseException] = CrossRankMismatchError) -> str:

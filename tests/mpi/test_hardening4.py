@@ -27,13 +27,8 @@ I8 = np.int64
 VAGUE = "See the MPI_ERROR field"
 
 
-@pytest.fixture(autouse=True)
-def validation_off(world: mpicomm.ProcessGroup) -> Iterator[None]:
-    """What these tests check is what happens without validation mode (it would catch them before MPI)."""
-    saved = mpicomm.is_validation_enabled()
-    mpicomm.set_validation(False)
-    yield
-    mpicomm.set_validation(saved)
+# what these tests check is what happens without validation mode (it would catch them before MPI)
+pytestmark = pytest.mark.usefixtures("validation_off")
 
 
 def _in_step(world: mpicomm.ProcessGroup) -> None:
