@@ -15,6 +15,7 @@ import gc
 import numpy as np
 import pytest
 import torch
+from ranks import exact_inputs, rank_size
 
 import mpicomm
 from mpicomm.front import door
@@ -22,19 +23,9 @@ from mpicomm.front import door
 pytestmark = pytest.mark.mpi
 
 
-def _world() -> tuple[int, int]:
-    mpicomm.init()
-    return mpicomm.get_rank(), mpicomm.get_world_size()
-
-
-def _inputs(seed: int, w: int, n: int) -> np.ndarray:
-    """Every rank's float32 input, shape (w, n): small integers, so sums are exact."""
-    return np.random.default_rng(seed).integers(0, 5, (w, n)).astype(np.float32)
-
-
 def test_all_reduce_leaves_tensor_and_storage_resizable() -> None:
-    r, w = _world()
-    g = _inputs(1, w, 12)
+    r, w = rank_size()
+    g = exact_inputs(1, w, 12)
     t = torch.tensor(g[r, :6])
     mpicomm.all_reduce(t)
     np.testing.assert_array_equal(np.array(t.tolist(), np.float32), g[:, :6].sum(axis=0))
@@ -52,8 +43,8 @@ def test_all_reduce_leaves_tensor_and_storage_resizable() -> None:
 
 
 def test_broadcast_and_other_dtypes_and_layouts_stay_resizable() -> None:
-    r, w = _world()
-    g = _inputs(2, w, 8)
+    r, w = rank_size()
+    g = exact_inputs(2, w, 8)
     src = w - 1
     cases = [
         torch.tensor(g[r]),
@@ -73,8 +64,8 @@ def test_broadcast_and_other_dtypes_and_layouts_stay_resizable() -> None:
 
 
 def test_async_handle_keeps_a_dropped_tensor_alive_and_resizable() -> None:
-    r, w = _world()
-    g = _inputs(3, w, 1 << 12)
+    r, w = rank_size()
+    g = exact_inputs(3, w, 1 << 12)
     work = mpicomm.all_reduce(torch.tensor(g[r]), async_op=True)  # the caller keeps no reference
     gc.collect()
     junk = [torch.full((1 << 12,), -1.0) for _ in range(8)]  # would take the freed memory
@@ -98,8 +89,8 @@ def test_async_handle_keeps_a_dropped_tensor_alive_and_resizable() -> None:
 
 
 def test_a_resized_tensor_is_never_served_a_stale_view() -> None:
-    r, w = _world()
-    g = _inputs(4, w, 64)
+    r, w = rank_size()
+    g = exact_inputs(4, w, 64)
     t = torch.tensor(g[r])
     mpicomm.all_reduce(t)
     assert id(t) in door._VIEWS
@@ -116,7 +107,7 @@ def test_a_resized_tensor_is_never_served_a_stale_view() -> None:
 
 
 def test_freed_storage_is_refused_on_every_rank() -> None:
-    _world()
+    rank_size()
     t = torch.ones(5)
     mpicomm.all_reduce(t)
     t.untyped_storage().resize_(0)

@@ -12,6 +12,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from ranks import exact_inputs, rank_size
 
 import mpicomm
 from mpicomm import ReduceOp
@@ -21,19 +22,9 @@ from mpicomm.front import door
 pytestmark = pytest.mark.mpi
 
 
-def _world() -> tuple[int, int]:
-    mpicomm.init()
-    return mpicomm.get_rank(), mpicomm.get_world_size()
-
-
-def _inputs(seed: int, w: int, n: int) -> np.ndarray:
-    """Every rank's float32 input, shape (w, n): small integers, so sums are exact."""
-    return np.random.default_rng(seed).integers(0, 5, (w, n)).astype(np.float32)
-
-
 def test_a_reused_tensor_is_reduced_right_every_time() -> None:
-    r, w = _world()
-    g = _inputs(1, w, 6)
+    r, w = rank_size()
+    g = exact_inputs(1, w, 6)
     t = torch.from_numpy(g[r].copy())
     want = g.sum(axis=0)
     mpicomm.all_reduce(t)
@@ -45,8 +36,8 @@ def test_a_reused_tensor_is_reduced_right_every_time() -> None:
 
 
 def test_resize_shrinks_the_tensor_and_the_next_call_sees_only_what_is_left() -> None:
-    r, w = _world()
-    g = _inputs(2, w, 9)
+    r, w = rank_size()
+    g = exact_inputs(2, w, 9)
     t = torch.from_numpy(g[r].copy())
     mpicomm.all_reduce(t)
     alias = t[:]  # the same 9 elements, kept to see what the next call touches
@@ -58,8 +49,8 @@ def test_resize_shrinks_the_tensor_and_the_next_call_sees_only_what_is_left() ->
 
 
 def test_set_points_the_tensor_at_other_memory() -> None:
-    r, w = _world()
-    g = _inputs(3, w, 5)
+    r, w = rank_size()
+    g = exact_inputs(3, w, 5)
     t = torch.from_numpy(g[r].copy())
     mpicomm.all_reduce(t)
     other = torch.from_numpy((2 * g[r]).copy())
@@ -69,8 +60,8 @@ def test_set_points_the_tensor_at_other_memory() -> None:
 
 
 def test_transpose_in_place_changes_shape_and_strides() -> None:
-    r, w = _world()
-    g = _inputs(4, w, 6).reshape(w, 2, 3)
+    r, w = rank_size()
+    g = exact_inputs(4, w, 6).reshape(w, 2, 3)
     t = torch.from_numpy(g[r].copy())
     out = torch.empty(w * 6)
     mpicomm.all_gather_into_tensor(out, t)
@@ -81,7 +72,7 @@ def test_transpose_in_place_changes_shape_and_strides() -> None:
 
 
 def test_data_swapped_for_another_dtype_view_of_the_same_memory() -> None:
-    r, w = _world()
+    r, w = rank_size()
     t = torch.full((4,), 1.0)
     mpicomm.all_reduce(t)
     t.data = t.view(torch.int32)  # the same pointer, shape and strides; only the dtype differs
@@ -93,8 +84,8 @@ def test_data_swapped_for_another_dtype_view_of_the_same_memory() -> None:
 
 
 def test_two_tensor_calls_use_and_refresh_the_cache() -> None:
-    r, w = _world()
-    g = _inputs(5, w, 3 * w)
+    r, w = rank_size()
+    g = exact_inputs(5, w, 3 * w)
     out = torch.empty(3 * w)
     inp = torch.from_numpy(g[r].copy())
     for _ in range(2):
@@ -107,7 +98,7 @@ def test_two_tensor_calls_use_and_refresh_the_cache() -> None:
 
 
 def test_the_cache_is_bounded() -> None:
-    _world()
+    rank_size()
     tensors = [torch.zeros(4) for _ in range(20)]
     for t in tensors:
         mpicomm.all_reduce(t)
@@ -117,8 +108,8 @@ def test_the_cache_is_bounded() -> None:
 
 def test_a_large_tensor_is_kept_only_while_it_lives() -> None:
     """A 1 MiB tensor's view is reused (the same result twice) and dropped, memory and all, at its death."""
-    r, w = _world()
-    g = _inputs(6, w, 1 << 18)
+    r, w = rank_size()
+    g = exact_inputs(6, w, 1 << 18)
     t = torch.from_numpy(g[r].copy())
     for _ in range(2):
         t.copy_(torch.from_numpy(g[r]))
@@ -134,8 +125,8 @@ def test_a_large_tensor_is_kept_only_while_it_lives() -> None:
 
 
 def test_a_new_tensor_under_a_dead_ones_id_gets_its_own_view() -> None:
-    r, w = _world()
-    g = _inputs(7, w, 8)
+    r, w = rank_size()
+    g = exact_inputs(7, w, 8)
     for i in range(4):  # CPython often gives the new tensor the dead one's id; each must be reduced
         t = torch.from_numpy((g[r] + i).copy())
         mpicomm.all_reduce(t)

@@ -11,19 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from ranks import rank_size
 
 import mpicomm
 
 pytestmark = pytest.mark.mpi
 
 
-def _world() -> tuple[int, int]:
-    mpicomm.init()
-    return mpicomm.get_rank(), mpicomm.get_world_size()
-
-
 def test_dense_collectives_take_torch_tensors_for_a_type_checker() -> None:
-    r, w = _world()
+    r, w = rank_size()
     g = np.random.default_rng(11).integers(0, 5, (w, 4)).astype(np.float32)  # small: exact sums
     t = torch.from_numpy(g[r].copy())
     mpicomm.all_reduce(t)
@@ -57,7 +53,7 @@ def test_dense_collectives_take_torch_tensors_for_a_type_checker() -> None:
 
 
 def test_point_to_point_and_batches_take_torch_tensors_for_a_type_checker() -> None:
-    r, w = _world()
+    r, w = rank_size()
     t = torch.arange(3, dtype=torch.int64) + 10 * r
     back = torch.zeros(3, dtype=torch.int64)
     right, left = (r + 1) % w, (r - 1) % w  # at one rank both are this rank: sendrecv allows it
@@ -77,7 +73,7 @@ def test_point_to_point_and_batches_take_torch_tensors_for_a_type_checker() -> N
 
 
 def test_the_jagged_all_to_all_takes_torch_tensors_for_a_type_checker() -> None:
-    r, w = _world()
+    r, w = rank_size()
     keys = [f"k{j}" for j in range(w)]  # key j goes to rank j: one sample of two values per key
     kja = mpicomm.KeyedJaggedArray(keys, torch.arange(2.0 * w) + 100 * r, lengths=torch.full((w,), 2))
     got = mpicomm.KJTAllToAll(splits=[1] * w)(kja).wait()
