@@ -15,7 +15,8 @@
 #   test   first what is owed from earlier windows, named (2 ranks, staged): the torch side-stream test
 #          (test_collectives_gpu.py::test_a_torch_tensor_written_on_torchs_side_stream_is_read_after_that_work),
 #          the mixed-kind tests of issue 35 (host and device ranks in one call; test_paths_gpu.py, from
-#          tests/mpi/test_gpu_mixed_kinds.py) and the torch backend's CUDA tests (test_torch_backend_gpu.py,
+#          tests/mpi/test_gpu_mixed_kinds.py; ranks differing in async_op, from test_gpu_async_mixed.py)
+#          and the torch backend's CUDA tests (test_torch_backend_gpu.py,
 #          where it exists); then tests/gpu (marker gpu) at 2 and 4 ranks: staged (mpich) and direct (Open
 #          MPI), CUDA-awareness decided automatically (MPICOMM_CUDA_AWARE unset; GPU_EXPECT_PATH makes a wrong
 #          decision fail); tests/gpu/test_paths_gpu.py reruns the CPU checks of issues 24 and 35 on the GPU;
@@ -432,7 +433,7 @@ s_owed() { # NP: what earlier windows owe, by name, staged (see the usage)
     "tests/gpu/test_collectives_gpu.py::test_a_torch_tensor_written_on_torchs_side_stream_is_read_after_that_work"
     "tests/gpu/test_paths_gpu.py"
   )
-  local -a sel=(-k "torchs_side_stream or each_rank_holding or issue_case or still_pipeline or host_then_device or each_ranks_kind")
+  local -a sel=(-k "torchs_side_stream or each_rank_holding or issue_case or still_pipeline or host_then_device or each_ranks_kind or pipeline_like or async_pipelined or reported_case or (differing_in_async_op_and_kind and many and rank1) or (float16_reductions and rank1)")
   if [ -f tests/gpu/test_torch_backend_gpu.py ]; then
     ids+=(tests/gpu/test_torch_backend_gpu.py)
     sel=(-k "${sel[1]} or torch_backend_gpu")

@@ -42,6 +42,7 @@ _staged_tests = _load("test_gpu_fakecupy")
 _direct_tests = _load("test_gpu_direct")
 _batch_tests = _load("test_gpu_batch")
 _mixed_tests = _load("test_gpu_mixed_kinds")  # issue 35: host and device ranks in one call, every size
+_async_tests = _load("test_gpu_async_mixed")  # issues 34/35: ranks differing in async_op and kind
 
 _CPU_ONLY = {
     "test_async_upload_does_not_wait_for_kernels_queued_after_the_call",  # reads the fake's queue
@@ -140,7 +141,7 @@ def test_the_cuda_awareness_decision_is_the_expected_one() -> None:
     _expected_path()
 
 
-for _module in (_staged_tests, _direct_tests, _batch_tests, _mixed_tests):
+for _module in (_staged_tests, _direct_tests, _batch_tests, _mixed_tests, _async_tests):
     for _name, _fn in vars(_module).items():
         if _name.startswith("test_") and callable(_fn) and _name not in _CPU_ONLY:
             globals()[_name] = _fn
