@@ -47,8 +47,8 @@ def use_staged(monkeypatch: Any, aware: str = "0") -> None:
     front.PATHS.clear()
 
 
-def staged_fake(fake: Any, monkeypatch: Any) -> Iterator[Any]:
-    """A fixture's body: ``fake`` (the module's fake cupy) on the staged path for one test.
+def staged_fake(fake: Any, monkeypatch: Any, aware: str = "0") -> Iterator[Any]:
+    """A fixture's body: ``fake`` (the module's fake cupy) for one test, set up by :func:`use_staged`.
 
     After the test the fake's streams are drained and every staging buffer must be back in the pool.
     The watchdog forgets the frames it last sampled and cycles are collected first: either would keep
@@ -59,7 +59,7 @@ def staged_fake(fake: Any, monkeypatch: Any) -> Iterator[Any]:
     from mpicomm.core import watchdog
     from mpicomm.gpu import staged
 
-    use_staged(monkeypatch)
+    use_staged(monkeypatch, aware)
     yield fake
     fake._fake.drain()
     watchdog.forget()

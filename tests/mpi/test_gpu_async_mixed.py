@@ -24,7 +24,7 @@ from fakecupy.testing import inputs, world
 
 import mpicomm
 from mpicomm.front import device as front
-from mpicomm.gpu import direct, staged
+from mpicomm.gpu import direct
 from mpicomm.gpu.cuda_aware import cuda_awareness
 
 
@@ -64,11 +64,7 @@ def fake() -> Iterator[Any]:
 
 @pytest.fixture(params=["staged", "direct"])
 def cp(fake: Any, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Any]:
-    testing.use_staged(monkeypatch, aware="1" if request.param == "direct" else "0")
-    yield fake
-    fake._fake.drain()
-    staged.reap()
-    assert staged.pool().stats().bytes_in_use == 0, "a staged call kept buffers"
+    yield from testing.staged_fake(fake, monkeypatch, aware="1" if request.param == "direct" else "0")
 
 
 @pytest.fixture
