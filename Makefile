@@ -125,7 +125,7 @@ lint: venv ## ruff check and format check
 
 typecheck: venv ## mypy (strict) on the package, and on a typed torch program (torch tensors must fit the signatures)
 	$(BIN)/mypy
-	$(BIN)/mypy tests/mpi/test_typed_torch_calls.py
+	MYPYPATH=tests $(BIN)/mypy tests/mpi/test_typed_torch_calls.py
 
 docs: venv ## Sphinx HTML into docs/_build/html, nitpicky (-n), warnings are errors
 	$(BIN)/sphinx-build -n -W --keep-going -q -b html docs docs/_build/html
