@@ -15,6 +15,7 @@ from ..gpu import staged
 from ..gpu.backend import backend
 from ..gpu.cuda_aware import cuda_awareness
 from ..objects.devbufs import Hooks
+from ..objects.tensors import CpuView
 from . import kinds
 
 __all__: list[str] = []
@@ -32,3 +33,4 @@ Hooks.backend = backend
 Hooks.direct = _direct
 Hooks.pool = staged.pool
 Hooks.view = _view
+CpuView.view = kinds.cpu_view

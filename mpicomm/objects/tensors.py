@@ -17,6 +17,7 @@ with :func:`from_device` over the device buffer it received, on its current devi
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import numpy as np
 __all__ = [
     "CUPY",
     "TORCH",
+    "CpuView",
     "check",
     "check_device_args",
     "device_args",
@@ -45,6 +47,17 @@ MAX_NDIM = 64
 KNOWN: dict[type, str | None] = {}
 
 
+class CpuView:
+    """How a CPU tensor's memory is viewed for sending; the front door sets :attr:`view` at import.
+
+    ``t.numpy()`` marks the tensor's storage as not resizable for ever; the front door's address
+    view (:func:`mpicomm.front.kinds.cpu_view`) leaves it resizable, so a tensor sent inside an
+    object can still be freed with ``untyped_storage().resize_(0)`` afterwards.
+    """
+
+    view: Callable[[Any], np.ndarray] | None = None
+
+
 def reduce_tensor(obj: Any) -> Any:
     """The pickle reduction of a dense CPU torch tensor (``NotImplemented`` for anything else).
 
@@ -62,7 +75,7 @@ def reduce_tensor(obj: Any) -> Any:
     if t.dtype == torch.bfloat16:
         t, tag = t.view(torch.int16), _BF16
     try:
-        array = t.numpy()
+        array = t.numpy() if CpuView.view is None else CpuView.view(t)
     except (RuntimeError, TypeError):
         return NotImplemented
     return from_numpy, (array, tag, bool(obj.requires_grad))

@@ -113,3 +113,22 @@ def test_freed_storage_is_refused_on_every_rank() -> None:
     t.untyped_storage().resize_(0)
     with pytest.raises(mpicomm.ArgumentError, match="resize_"):
         mpicomm.all_reduce(t)
+
+
+def test_a_tensor_sent_inside_an_object_stays_resizable() -> None:
+    r, w = rank_size()
+    g = np.stack([exact_inputs(seed, w, 8) for seed in (2, 3)])  # (2, w, 8)
+    mine = torch.tensor(g[0, r])
+    big = torch.tensor(np.tile(g[1, r], 4096))  # 128 KiB: out of band
+    got = [None] * w
+    mpicomm.all_gather_object(got, {"small": mine, "big": big})
+    for s in range(w):
+        assert torch.equal(got[s]["small"], torch.from_numpy(g[0, s]))  # never .numpy(): it marks
+        assert torch.equal(got[s]["big"], torch.from_numpy(np.tile(g[1, s], 4096)))
+    objs = [big if r == 0 else None]
+    mpicomm.broadcast_object_list(objs, src=0)
+    assert torch.equal(objs[0], torch.from_numpy(np.tile(g[1, 0], 4096)))
+    for t in (mine, big):  # the senders' tensors: raised "not resizable" before
+        t.resize_(3)
+        t.untyped_storage().resize_(0)
+        assert t.untyped_storage().nbytes() == 0
