@@ -27,8 +27,15 @@ I8 = np.int64
 VAGUE = "See the MPI_ERROR field"
 
 
-# what these tests check is what happens without validation mode (it would catch them before MPI)
-pytestmark = pytest.mark.usefixtures("validation_off")
+# what these tests check is what happens without validation mode (it would catch them before MPI);
+# Open MPI 5 aborts the process on a truncated pairwise receive (SIGABRT in CI), so there only
+# validation mode catches these mistakes (docs/sharp-bits.rst)
+pytestmark = [
+    pytest.mark.usefixtures("validation_off"),
+    pytest.mark.skipif(
+        "Open MPI" in MPI.Get_library_version(), reason="Open MPI aborts on a truncated receive"
+    ),
+]
 
 
 def _in_step(world: mpicomm.ProcessGroup) -> None:
