@@ -12,7 +12,7 @@
 #                             LD_LIBRARY_PATH, MPI4PY_LIBMPI) + test wheels + mpicomm: the direct path
 #          then nvidia-smi, the versions each venv sees, `python -m mpicomm info` under each MPI (2 ranks),
 #          and raw mpi4py on cupy buffers through the CUDA Open MPI (proves the MPI build, not mpicomm)
-#   test   first what is owed from earlier windows, named (2 ranks, staged): the torch side-stream test
+#   test   (with GPU_WINDOW_OWED=1) first what was owed by earlier windows, named (2 ranks, staged): the torch side-stream test
 #          (test_collectives_gpu.py::test_a_torch_tensor_written_on_torchs_side_stream_is_read_after_that_work),
 #          the mixed-kind tests of issue 35 (host and device ranks in one call; test_paths_gpu.py, from
 #          tests/mpi/test_gpu_mixed_kinds.py; ranks differing in async_op, from test_gpu_async_mixed.py)
@@ -45,8 +45,9 @@
 # GPU_CARRY_DIR (.gpu-carry), GPU_WINDOW_WORK (/tmp), GPU_WINDOW_BUDGET_S, GPU_TEST_NPS ("2 4"),
 # GPU_PYTEST_TIMEOUT (120, per test), GPU_PYTEST_ARGS (extra pytest arguments), GPU_BENCH_MODULE
 # (mpicomm.bench), GPU_BENCH_ARGS (extra bench arguments; default "--rounds 6 --sample-time 0.03"),
-# GPU_WINDOW_CPU_SUITE (0), GPU_WINDOW_MPS (1: try MPS; 0: never). GPU_TEST_NPS defaults to "2" so that the
-# window fits 530 s with MPS and 1-rank figures (4 ranks ran green in the first window; "2 4" adds them).
+# GPU_WINDOW_CPU_SUITE (0), GPU_WINDOW_MPS (1: try MPS; 0: never), GPU_WINDOW_OWED (0; 1 runs the owed
+# tests first, by name). GPU_TEST_NPS defaults to "2" so that the window fits 530 s with MPS and 1-rank
+# figures (4 ranks ran green in the first window; "2 4" adds them).
 # GPU_WINDOW_FAKE=1: a dry run on the CPU machine: no carry, both "venvs" are this repo's .venv (MPICH,
 # staged) with the fake cupy (tests/fakecupy) on PYTHONPATH; checks the steps, logs, JSON merge and
 # timeouts, never the GPU (CPU emulation, not GPU verification). E.g.
@@ -72,6 +73,7 @@ KILL_GRACE_S=10
 BENCH_MODULE=${GPU_BENCH_MODULE:-mpicomm.bench}
 CPU_SUITE=${GPU_WINDOW_CPU_SUITE:-0}
 TRY_MPS=${GPU_WINDOW_MPS:-1}
+OWED=${GPU_WINDOW_OWED:-0}
 FAKE=${GPU_WINDOW_FAKE:-0}
 if [ "$FAKE" = 1 ]; then
   PY=${GPU_PYTHON:-$REPO/.venv/bin/python}
@@ -521,7 +523,7 @@ step() {
 }
 
 n_setup=6
-n_test=$((1 + 2 * ${#NPS[@]} + 2 + (CPU_SUITE == 1 ? 1 : 0)))
+n_test=$((OWED + 2 * ${#NPS[@]} + 2 + (CPU_SUITE == 1 ? 1 : 0)))
 n_bench=8
 
 phase_setup() {
@@ -535,10 +537,13 @@ phase_setup() {
 
 phase_test() {
   local np
-  step test owed-np2 90 s_owed 2
+  # The owed tests are part of tests/gpu; the step runs them first, by name, when a window may be cut
+  # short. They passed on an H100 on 27 Nov 2026, so it is off unless GPU_WINDOW_OWED=1.
+  if [ "$OWED" = 1 ]; then step test owed-np2 90 s_owed 2; fi
   for np in "${NPS[@]}"; do
-    step test "test-staged-np$np" 100 s_test staged "$np"
-    step test "test-direct-np$np" 100 s_test direct "$np"
+    # 676 tests at 2 ranks took 95 s (pytest's own time) on an H100 on both paths, 115 s with start-up
+    step test "test-staged-np$np" 125 s_test staged "$np"
+    step test "test-direct-np$np" 125 s_test direct "$np"
   done
   step test demo-staged 40 s_demo staged
   step test demo-direct 40 s_demo direct
@@ -611,7 +616,7 @@ DEADLINE=$((SECONDS + BUDGET_S))
 
 echo "scripts/gpu-window.sh $COMMAND: $STEPS_LEFT steps within ${BUDGET_S}s; logs and summary in $OUT"
 echo "expected: setup ~1 min (probe 5 s, 2 offline venvs ~15 s each, mpicomm info and the smoke ~10 s each)"
-echo "          test  ~3-5 min (owed tests ~30 s; staged and direct at ${NPS[*]} ranks, ~30-60 s each, at most 100 s)"
+echo "          test  ~3-5 min (staged and direct at ${NPS[*]} ranks, ~115 s each on an H100, at most 125 s)"
 echo "          bench ~3 min (1 rank ~40 s; staged and direct at 2 ranks, without and with MPS, ~30 s each)"
 echo "          all   ~7-9 min; every step's timeout is cut to end within ${BUDGET_S}s"
 if [ "$need_setup" = 1 ] && [ "$COMMAND" != setup ] && [ "$COMMAND" != all ]; then
