@@ -399,6 +399,22 @@ static long small_int(PyObject *x, long none, long lo, long hi, long also) {
 static PyObject *kept_dtype[KEPT], *kept_type[KEPT];
 static int kept_next;
 
+/* The datatype for a dtype object (borrowed), or NULL; shared with _cmpi_jagged.c. */
+HIDDEN PyObject *cmpi_datatype_for(PyObject *datatypes, PyObject *dtype) {
+    for (int i = 0; i < KEPT; i++)
+        if (kept_dtype[i] == dtype) return kept_type[i]; /* kept: a reference of ours */
+    PyObject *type = PyDict_GetItemWithError(datatypes, dtype);
+    if (type == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    int i = kept_next;
+    kept_next = (kept_next + 1) % KEPT;
+    Py_XSETREF(kept_dtype[i], Py_NewRef(dtype));
+    Py_XSETREF(kept_type[i], Py_NewRef(type));
+    return type;
+}
+
 static PyObject *datatype_of(PyObject *datatypes, PyObject *array) {
     static PyObject *name = NULL;
     if (name == NULL && (name = PyUnicode_InternFromString("dtype")) == NULL) {
@@ -410,21 +426,8 @@ static PyObject *datatype_of(PyObject *datatypes, PyObject *array) {
         PyErr_Clear();
         return NULL;
     }
-    for (int i = 0; i < KEPT; i++)
-        if (kept_dtype[i] == dtype) {
-            Py_DECREF(dtype);
-            return kept_type[i]; /* kept: a reference of ours */
-        }
-    PyObject *type = PyDict_GetItemWithError(datatypes, dtype);
-    if (type == NULL) {
-        PyErr_Clear();
-        Py_DECREF(dtype);
-        return NULL;
-    }
-    int i = kept_next;
-    kept_next = (kept_next + 1) % KEPT;
-    Py_XSETREF(kept_dtype[i], dtype); /* our reference to the dtype moves into the table */
-    Py_XSETREF(kept_type[i], Py_NewRef(type));
+    PyObject *type = cmpi_datatype_for(datatypes, dtype);
+    Py_DECREF(dtype); /* the kept table holds its own reference when it keeps one */
     return type;
 }
 
@@ -560,7 +563,7 @@ static PyMethodDef methods[] = {
     FAST(bind), FAST(handle), FAST(allreduce), FAST(reduce), FAST(bcast), FAST(allgather), FAST(reduce_scatter_block),
     FAST(alltoall), FAST(alltoallv), FAST(send), FAST(recv), FAST(sendrecv),
     FAST(sendrecv_checked), LIST(allgather_list), LIST(reduce_scatter_list),
-    LIST(gather_list), LIST(exchange),
+    LIST(gather_list), LIST(exchange), LIST(jagged),
     {"names", names, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
 

@@ -31,7 +31,13 @@ so ranks on either path match):
 * ``gather_list(x, outs, root, dt, c, limit)``: ``MPI_Gatherv`` (``outs`` None off the root);
 * ``exchange(recvs, sends, out, tag, dt, c)``: one ``MPI_Irecv`` and ``MPI_Isend`` per peer, the
   own entry copied, then ``MPI_Waitall`` (``all_to_all``, ``scatter``'s root, and ``all_gather`` and
-  ``reduce_scatter`` past 64 KiB; an empty own entry copies nothing).
+  ``reduce_scatter`` past 64 KiB; an empty own entry copies nothing);
+
+and ``jagged(values, lengths, splits, fp, bound, datatypes, i64, c, empty)``, the whole blocking
+:func:`mpicomm.jagged_all_to_all` (the counts ``MPI_Alltoall``, its checks, then ``MPI_Alltoallv``
+of the lengths unless they rode in the counts message, and of the values): it returns
+``(lengths, values, splits)``, or, after the counts message, the counts received when anything in
+them is not the common case, for the Python path to finish (see ``_cmpi_jagged.c``).
 
 No buffer that is written may share memory with another, or the function returns ``NotImplemented``.
 
@@ -80,6 +86,7 @@ __all__ = [
     "bound",
     "exchange",
     "gather_list",
+    "jagged",
     "recv",
     "reduce",
     "reduce_scatter_block",
@@ -96,7 +103,7 @@ def _unbound(*args: Any) -> Any:
 
 allreduce = reduce = bcast = allgather = reduce_scatter_block = alltoall = alltoallv = send = recv = _unbound
 sendrecv = sendrecv_checked = _unbound
-allgather_list = reduce_scatter_list = gather_list = exchange = _unbound
+allgather_list = reduce_scatter_list = gather_list = exchange = jagged = _unbound
 _NAMES = tuple(name for name in __all__ if name not in ("bind", "bound"))  # the C functions
 _why = "not bound yet (MPI not started)"
 

@@ -11,7 +11,7 @@ import numpy as np
 from .. import _mpi
 from ..core import cmpi, validation
 from ..core.arrays import Array
-from ..core.buffers import as_int_list, datatype, displacements, row_size
+from ..core.buffers import _DATATYPES, as_int_list, datatype, displacements, row_size
 from ..core.control import memory_bound
 from ..core.groups import ProcessGroup, resolve, warn_non_member
 from ..core.work import Work
@@ -108,6 +108,25 @@ def jagged_all_to_all(
     if g.comm is None:
         warn_non_member(g, fn)
         return None
+    if type(values) is np.ndarray and async_op is False and not validation._Flag.on:
+        # the C call (int64 lengths, a dtype seen before): every check, both MPI calls, the results
+        fp = _C_FINGERPRINTS.get((values.dtype, values.shape[1:]))
+        if fp is not None:
+            got = cmpi.jagged(
+                values,
+                lengths,
+                send_splits,
+                fp,
+                memory_bound(),
+                _DATATYPES,
+                _mpi.MPI.INT64_T,
+                g.internal,
+                _EMPTY,
+            )
+            if type(got) is tuple:
+                return _RESULT(JaggedResult, got)
+            if got is not NotImplemented:  # counts it leaves to this path, after the counts message
+                return _after_counts(g, lengths, values, list(send_splits), got, fp, fn)
     if (
         type(values) is np.ndarray
         and values.flags.c_contiguous
@@ -154,6 +173,10 @@ def jagged_all_to_all(
     fp = _FINGERPRINTS.get(key)
     if fp is None:
         fp = _FINGERPRINTS[key] = _fingerprint(str(lens.dtype), _dtype_tag(vals.dtype), vals.shape[1:])
+        if lens.dtype == np.int64 and not vals.dtype.hasobject:  # the C call's kind (its datatypes cached)
+            datatype(lens.dtype)
+            datatype(vals.dtype)
+            _C_FINGERPRINTS[key[1:]] = fp
     if validation._Flag.on:
         dtypes = (str(lens.dtype), _dtype_tag(vals.dtype), vals.shape[1:])
         validation.check(g, fn, {"lengths dtype, values dtype, value shape": dtypes})
@@ -175,6 +198,10 @@ def jagged_all_to_all(
 _INT = frozenset((int,))
 #: The counts message's dtype fingerprint per (lengths dtype, values dtype, value shape).
 _FINGERPRINTS: dict[tuple[Any, ...], int] = {}
+#: The same for int64 lengths, per (values dtype, value shape): the calls the C module serves once
+#: the Python path has met their dtypes (and cached their MPI datatypes).
+_C_FINGERPRINTS: dict[tuple[Any, ...], int] = {}
+_EMPTY = np.empty
 #: Lengths up to this many rows are summed per destination in Python (numpy's per-call cost is
 #: larger there); longer ones with numpy.
 _PYTHON_ROWS = 64
@@ -237,6 +264,32 @@ def _move(
     got = np.empty_like(header)
     if cmpi.alltoall(header, got, i64, comm) is NotImplemented:
         comm.Alltoall([header, i64], [got, i64])
+    return _rows(g, lens, vals, splits, sent, got, fp, item_bytes, fn, async_op)
+
+
+def _after_counts(
+    g: ProcessGroup, lens: np.ndarray, vals: np.ndarray, splits: list[int], got: np.ndarray, fp: int, fn: str
+) -> JaggedResult | Work:
+    """Finish a call the C module began: it checked the arguments and sent the counts message."""
+    sent = _values_per_rank(lens, splits, fn)
+    item_bytes = (lens.itemsize, vals.itemsize * row_size(vals))
+    return _rows(g, lens, vals, splits, sent, got, fp, item_bytes, fn, False)
+
+
+def _rows(
+    g: ProcessGroup,
+    lens: np.ndarray,
+    vals: np.ndarray,
+    splits: list[int],
+    sent: list[int],
+    got: np.ndarray,
+    fp: int,
+    item_bytes: tuple[int, int],
+    fn: str,
+    async_op: bool,
+) -> JaggedResult | Work:
+    """Check the counts message received (untrusted), then move the lengths and the values."""
+    comm = g.internal
     rows = got.tolist()
     for r in rows:  # the first three words are equal on every rank (flags, dtypes, splits)
         if r[_FLAGS] != 0 or r[_DTYPES] != fp or r[_SPLITS] != 0:
