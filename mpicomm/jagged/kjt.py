@@ -350,8 +350,23 @@ class KJTAllToAll:
             rows = (send.row_counts, send.row_displs)
             comm.Alltoallv([src[0], rows, lt], [dst[0], (recv.counts, recv.displs), lt])
         sends, recvs = (sent.counts, sent.starts), (arrived.counts, arrived.displs)
-        comm.Alltoallv([src[1], sends, vt], [dst[1], recvs, vt])
-        if src[2] is not None:
+        # from C for numpy arrays of one value a row whose counts fit int32 (mpi4py for device memory)
+        mine, theirs = sent.c32, arrived.c32
+        if type(src[1]) is not np.ndarray or send.value_bytes != src[1].itemsize:
+            mine = theirs = None
+        if (
+            mine is None
+            or theirs is None
+            or cmpi.alltoallv(src[1], *mine, dst[1], *theirs, vt, comm) is NotImplemented
+        ):
+            comm.Alltoallv([src[1], sends, vt], [dst[1], recvs, vt])
+        if src[2] is not None and (
+            mine is None
+            or theirs is None
+            or type(src[2]) is not np.ndarray
+            or src[2].ndim != 1
+            or cmpi.alltoallv(src[2], *mine, dst[2], *theirs, wt, comm) is NotImplemented
+        ):
             comm.Alltoallv([src[2], sends, wt], [dst[2], recvs, wt])
 
     def _start_in_place(self, call: _Call, into: tuple[Any, Any, Any] | None = None) -> KJTAllToAllAwaitable:

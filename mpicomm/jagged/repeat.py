@@ -22,7 +22,7 @@ from .placement import indexed_types
 from .plan import Layout, RecvPlan, SendPlan, free_types, segments_by_key, starts, value_counts, value_index
 from .wire import check_kjt_claims
 
-__all__ = ["Arrived", "Sent", "arriving", "sending"]
+__all__ = ["Arrived", "Sent", "arriving", "int32_counts", "sending"]
 
 #: Received values up to which an :class:`Arrived` keeps its recat index (an int64 index of 32 KiB).
 _INDEX_MAX = 4096
@@ -40,7 +40,7 @@ class Sent:
         byte_starts: ``starts`` in bytes (Alltoallw's displacements).
     """
 
-    __slots__ = ("bounds", "byte_starts", "counts", "header", "mine", "peers", "starts")
+    __slots__ = ("bounds", "byte_starts", "c32", "counts", "header", "mine", "peers", "starts")
 
     def __init__(
         self,
@@ -62,6 +62,22 @@ class Sent:
         self.mine = (self.starts[me], self.counts[me])
         self.peers = [0 if d == me else c for d, c in enumerate(self.counts)]
         self.byte_starts = [d * send.value_bytes for d in self.starts]
+        self.c32 = int32_counts(self.counts, self.starts)
+
+
+def int32_counts(counts: list[int], displs: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Counts and displacements as the int32 arrays the C ``alltoallv`` takes; None past int32.
+
+    Made once per cached :class:`Sent` or :class:`Arrived`, so a repeated call passes them to C
+    as they are (mpi4py parses two Python lists per side on every call instead).
+
+    Example:
+        >>> [a.tolist() for a in int32_counts([3, 4], [0, 3])]
+        [[3, 4], [0, 3]]
+    """
+    if max(counts, default=0) + max(displs, default=0) >= 2**31:
+        return None
+    return np.array(counts, dtype=np.int32), np.array(displs, dtype=np.int32)
 
 
 def sending(send: SendPlan, layout: Layout, offsets: np.ndarray, lengths: np.ndarray, nvalues: int) -> Sent:
@@ -90,11 +106,22 @@ class Arrived:
         everyone: The values all ranks hold together (every rank takes the same path from it).
     """
 
-    __slots__ = ("__weakref__", "_index", "_types", "counts", "displs", "everyone", "total", "values_sk")
+    __slots__ = (
+        "__weakref__",
+        "_index",
+        "_types",
+        "c32",
+        "counts",
+        "displs",
+        "everyone",
+        "total",
+        "values_sk",
+    )
 
     def __init__(self, values_sk: np.ndarray, counts: list[int], total: int, everyone: int) -> None:
         self.values_sk, self.counts, self.total, self.everyone = values_sk, counts, total, everyone
         self.displs = starts(counts)
+        self.c32 = int32_counts(counts, self.displs)
         self._index: np.ndarray | None = None
         self._types: list[tuple[Any, list[Any]]] = []
 
