@@ -58,11 +58,27 @@ KINDS: dict[str, Callable[[int], str]] = {
 }
 
 
-#: The whole matrix runs at 2 ranks; at other sizes (each rank a process on CI's 2 cores) it keeps
-#: many chunks and two mixes: every call, path and async choice still runs, in a fraction of the time.
+#: At 2 ranks: every call, async choice and mix at many chunks, and at one and two chunks a Latin
+#: square (for each call and chunk count the three async choices meet three different mixes, and over
+#: the calls every mix meets every async choice at every chunk count): half the full product's cases,
+#: which took 86 s of CI's 2 cores. At other sizes (each rank a process on those 2 cores): many chunks
+#: and two mixes; every call, path and async choice still runs.
 _FEW = MPI.COMM_WORLD.Get_size() != 2
 RUN_SIZES = ["many-chunks"] if _FEW else list(SIZES)
 RUN_KINDS = ["all-cupy", "host-last"] if _FEW else list(KINDS)
+
+
+def _cases() -> list[tuple[str, str, str, str]]:
+    """(call, which, kinds, size) for the dense-call test, as the comment above says."""
+    out = []
+    for c, call in enumerate(DENSE):
+        for w, which in enumerate(ASYNC):
+            for z, size in enumerate(RUN_SIZES):
+                if size == "many-chunks":
+                    out += [(call, which, kinds, size) for kinds in RUN_KINDS]
+                else:
+                    out.append((call, which, RUN_KINDS[(c + w + z) % len(RUN_KINDS)], size))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +164,7 @@ def run(call: str, cp: Any, kind: str, k: int, flag: bool) -> None:
         raise AssertionError(call)
 
 
-@pytest.mark.parametrize("size", RUN_SIZES)
-@pytest.mark.parametrize("kinds", RUN_KINDS)
-@pytest.mark.parametrize("which", list(ASYNC))
-@pytest.mark.parametrize("call", DENSE)
+@pytest.mark.parametrize(("call", "which", "kinds", "size"), _cases())
 def test_every_dense_call_with_ranks_differing_in_async_op_and_kind(
     cp: Any, chunk4k: None, call: str, which: str, kinds: str, size: str
 ) -> None:
