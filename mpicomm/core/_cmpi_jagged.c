@@ -194,12 +194,11 @@ HIDDEN PyObject *cmpi_jagged(PyObject *self, PyObject *const *a, Py_ssize_t narg
         if (g[W_FLAGS] != 0 || g[W_DTYPES] != fp || g[W_SPLITS] != 0 || r < 0 || v < 0 ||
             (g[W_MODE] != M_IN_HEADER && g[W_MODE] != M_BLOCKING) || __builtin_mul_overflow(r, (i64)sizeof(i64), &t) ||
             __builtin_add_overflow(bytes, t, &bytes) || __builtin_mul_overflow(v, row_bytes, &t) ||
-            __builtin_add_overflow(bytes, t, &bytes) || bytes > bound) {
-            take_over = 1;
+            __builtin_add_overflow(bytes, t, &bytes) || bytes > bound ||
+            __builtin_add_overflow(total_rows, r, &total_rows) || __builtin_add_overflow(total_vals, v, &total_vals)) {
+            take_over = 1; /* (values of zero bytes a row are bounded by nothing but their sum) */
             break;
         }
-        total_rows += r;
-        total_vals += v;
         if (g[W_MODE] != M_IN_HEADER) in_header = 0;
     }
     if (!take_over && in_header) {

@@ -97,8 +97,9 @@ def check(world: mpicomm.ProcessGroup, got: Any, lengths: list, splits: list, va
         (7, np.dtype(np.float32), (3,)),
         (60, np.dtype(np.int8), (2, 5)),
         (0, np.dtype(np.float64), ()),
+        (4, np.dtype(np.float64), (0,)),
     ],
-    ids=["one-row", "few-records", "many-records", "rows-of-3", "many-2x5-int8", "nothing"],
+    ids=["one-row", "few-records", "many-records", "rows-of-3", "many-2x5-int8", "nothing", "empty-rows"],
 )
 def test_a_repeated_call_is_served_in_c_and_moves_the_rows(
     world: mpicomm.ProcessGroup, spy: Spy, rows: int, dtype: np.dtype, shape: tuple[int, ...]
