@@ -35,6 +35,7 @@ from . import cmpi
 __all__ = [
     "CHUNK_ENV_VAR",
     "DEFAULT_CHUNK_BYTES",
+    "WIDEST",
     "Setting",
     "chunk_bytes",
     "chunk_step",
@@ -102,16 +103,35 @@ def chunk_step(itemsize: int, chunk: int) -> int:
     return max(itemsize, chunk - chunk % itemsize)
 
 
-class Setting:
-    """The chunk setting the calls use (kept by :func:`reload`).
+#: The widest element :attr:`Setting.few` allows for: 64 bytes, twice numpy's widest number
+#: (``complex256``), so that every dtype a reduction accepts is covered.
+WIDEST = 64
+
+
+class _Setting:
+    """The chunk setting the calls use (kept by :func:`reload`); its one instance is :data:`Setting`.
+
+    An instance, not a class of constants: Python 3.11 specialises attribute reads on instances
+    with slots (a few instructions), not on classes (a type lookup each, about 130 instructions),
+    and the small calls read it on every call.
 
     Attributes:
         bytes: The chunk size; -1 where ``MPICOMM_STAGING_CHUNK`` is not valid (calls then raise its error).
         least: Messages of at most this many bytes are never chunked (a cheap test before :func:`step`).
+        few: Arrays of at most this many elements of at most :data:`WIDEST` bytes each are never
+            chunked: ``size <= few`` is the reductions' first test (``size`` costs half of ``nbytes``).
     """
 
-    bytes: int = DEFAULT_CHUNK_BYTES
-    least: int = DEFAULT_CHUNK_BYTES // 2
+    __slots__ = ("bytes", "few", "least")
+
+    def __init__(self) -> None:
+        self.bytes = DEFAULT_CHUNK_BYTES
+        self.least = DEFAULT_CHUNK_BYTES // 2
+        self.few = DEFAULT_CHUNK_BYTES // 2 // WIDEST
+
+
+#: The chunk setting every call reads (:func:`reload` keeps it).
+Setting = _Setting()
 
 
 def reload() -> int:
@@ -129,6 +149,7 @@ def reload() -> int:
     # all_to_all_single's test, nbytes // parts > chunk_step(itemsize, chunk // parts), implies
     # nbytes > chunk / 2 for any group size and itemsize; one bound serves every call
     Setting.least = Setting.bytes // 2 if Setting.bytes > 0 else -1
+    Setting.few = Setting.least // WIDEST if Setting.least > 0 else -1
     return Setting.bytes
 
 

@@ -118,14 +118,19 @@ class ProcessGroup(LateMethods):  # torch's methods attach on first use (core.la
         return f"<ProcessGroup {self.name}: {who}, world ranks {_short(self.ranks)}>"
 
 
-class _State:
-    """The process-wide state: the world group and every group made since."""
+class _StateType:
+    """The world group and every group made since: one instance, read by every call (3.11 specialises it)."""
 
-    world: ProcessGroup | None = None
-    groups: list[ProcessGroup] = []  # noqa: RUF012 - one list for the process, by design
-    counter = 0
-    # destroy_process_group() of the world: calls raise until the next init, as in torch
-    destroyed = False
+    __slots__ = ("counter", "destroyed", "groups", "world")
+
+    def __init__(self) -> None:
+        self.world: ProcessGroup | None = None
+        self.groups: list[ProcessGroup] = []
+        self.counter = 0
+        self.destroyed = False  # destroy_process_group() of the world: calls raise until the next init
+
+
+_State = _StateType()
 
 
 def _short(ranks: list[int]) -> str:

@@ -42,13 +42,21 @@ if TYPE_CHECKING:
 __all__ = ["agree", "fingerprint", "is_validation_enabled", "set_validation"]
 
 
-class _Flag:
-    on = False
-    #: Validation exchanges entered so far (a call that fails before its own tells the other ranks).
-    exchanges = 0
-    #: The dtype the caller passed, where a call runs on a wider copy (float16 and bfloat16 reduce
-    #: in float32): the record names this one, so ranks with different half types disagree.
-    dtype: str | None = None
+class _FlagState:
+    # one instance, _Flag: every call reads it, and Python 3.11 specialises attribute reads on
+    # instances with slots (a few instructions), not on classes (a type lookup, ~130 instructions)
+    __slots__ = ("dtype", "exchanges", "on")
+
+    def __init__(self) -> None:
+        self.on = False
+        #: Validation exchanges entered so far (a call that fails before its own tells the other ranks).
+        self.exchanges = 0
+        #: The dtype the caller passed, where a call runs on a wider copy (float16 and bfloat16 reduce
+        #: in float32): the record names this one, so ranks with different half types disagree.
+        self.dtype: str | None = None
+
+
+_Flag = _FlagState()
 
 
 class exact_dtype:  # noqa: N801 - a context manager used like a function

@@ -59,6 +59,7 @@ __all__ = [
 
 _SUM = ReduceOp.SUM
 _Flag = validation._Flag
+_ND = np.ndarray
 
 
 def _post_average(op: ReduceOp, x: np.ndarray, size: int) -> Callable[[], None] | None:
@@ -117,12 +118,15 @@ def all_reduce(
     # _all_reduce_checked. cmpi checks the layout and serves a blocking call; mpi4py refuses a
     # read-only buffer before calling MPI; the front door has checked that async_op is a bool.
     # async_op never changes the MPI call (ranks may differ in it, as in torch): a Work asked for
-    # is one already complete.
+    # is one already complete. The pairs are numbers' (at most chunks.WIDEST bytes an element), so
+    # size <= few proves a small array unchunked without computing nbytes.
     try:
         dt, mop = op._ops[tensor.dtype]
     except (KeyError, AttributeError, TypeError):
         return _all_reduce_checked(tensor, op, g, async_op)
-    if type(tensor) is not np.ndarray or _Flag.on or not op._plain or tensor.nbytes > _Chunks.least:
+    if type(tensor) is not _ND or _Flag.on or not op._plain:
+        return _all_reduce_checked(tensor, op, g, async_op)
+    if tensor.size > _Chunks.few and tensor.nbytes > _Chunks.least:
         return _all_reduce_checked(tensor, op, g, async_op)
     if cmpi.allreduce(tensor, dt, mop, comm) is None:
         return None if async_op is False else completed([tensor])
@@ -295,17 +299,22 @@ def broadcast(
         [0.0, 1.0, 2.0]
     """
     fn = "broadcast"
-    # the common call: its checks inline, the buffer's in cmpi (a function call costs 50 ns here)
-    w = _State.world
-    if group is None and async_op is False and group_src is None and w is not None and not _Flag.on:
-        dt = _DATATYPES.get(tensor.dtype) if type(tensor) is np.ndarray else None
-        small_ok = dt is not None and tensor.nbytes <= _Chunks.least
-        if small_ok and (src is None or (type(src) is int and 0 <= src < w._size)):
+    # the common call: its checks inline, the buffer's in cmpi (a function call costs 50 ns here);
+    # async_op never changes the MPI call (ranks may differ in it): a Work asked for is complete
+    if group is None and group_src is None and type(tensor) is _ND and not _Flag.on:
+        w = _State.world
+        dt = _DATATYPES.get(tensor.dtype)
+        if (
+            dt is not None
+            and w is not None
+            and (src is None or (type(src) is int and 0 <= src < w._size))
+            and tensor.nbytes <= _Chunks.least
+        ):
             if cmpi.bcast(tensor, dt, src or 0, w.comm) is None:
-                return None
+                return None if async_op is False else completed([tensor])
             if fast.dt_out(tensor) is not None:
                 w.comm.Bcast([tensor, dt], src or 0)
-                return None
+                return None if async_op is False else completed([tensor])
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
