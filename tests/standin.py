@@ -142,6 +142,12 @@ class LazyBackend:
     def copy_streams(self) -> tuple[LazyStream, LazyStream]:
         return self.d2h, self.h2d
 
+    def mark(self, stream: LazyStream) -> LazyEvent:
+        return stream.record()
+
+    def unmark(self, event: LazyEvent) -> None:
+        pass
+
     def contiguous(self, x: DeviceArray) -> DeviceArray:
         if x.flags.c_contiguous:
             return x

@@ -55,6 +55,7 @@ PATHS: Counter[tuple[str, str]] = Counter()
 
 #: Roles of array arguments: read (input), written (output), or both (the front door names them).
 READ, WRITE, BOTH = "read", "write", "both"
+_READS, _WRITES = (READ, BOTH), (WRITE, BOTH)
 
 # Calls whose receive buffer MPI may fill only in part (a shorter message).
 _PARTIAL = frozenset(("recv", "irecv", "sendrecv"))
@@ -125,22 +126,27 @@ def on_device(
         ArgumentError: a device array on another device than the current one.
         mpi4py.MPI.Exception: MPI reported an error (the front door makes it a CommunicationError).
     """
-    largest = _check_sides(fn, bound.arguments, roles)
-    blocking = not bound.arguments.get("async_op", False)
+    arguments = bound.arguments
+    largest = _check_sides(fn, arguments, roles)
     if largest <= chunks.Setting.least:
         pipelined = None  # one chunk: the pipeline would decline (core.chunks)
     try:
-        for path, impl in (("direct", direct), ("pipelined", pipelined)):
-            if impl is None or (
-                path == "direct" and not (cuda_awareness().aware and (blocking or fn in COMPLETING))
-            ):
-                continue
-            done = impl(*bound.args, **bound.kwargs)
+        if (
+            direct is not None
+            and cuda_awareness().aware
+            and (not arguments.get("async_op", False) or fn in COMPLETING)
+        ):
+            done = direct(*bound.args, **bound.kwargs)
             if done is not NotImplemented:
-                PATHS[fn, path] += 1
+                PATHS[fn, "direct"] += 1
+                return done
+        if pipelined is not None:
+            done = pipelined(*bound.args, **bound.kwargs)
+            if done is not NotImplemented:
+                PATHS[fn, "pipelined"] += 1
                 return done
         PATHS[fn, "staged"] += 1
-        return _staged(fn, host, bound, _roles_here(fn, bound.arguments, roles), returns is not None)
+        return _staged(fn, host, bound, _roles_here(fn, arguments, roles), returns is not None)
     finally:
         chunks.forget()  # a pipeline's "one call" that no host call consumed (it failed first)
 
@@ -160,6 +166,15 @@ def _check_sides(fn: str, arguments: dict[str, Any], roles: dict[str, str]) -> i
     Returns:
         The largest array's bytes.
     """
+    if len(roles) == 1:  # one array argument (all_reduce, broadcast, send, ...): the common small call
+        for arg in roles:
+            x = arguments.get(arg)
+            if type(x) is np.ndarray or x is None:
+                return 0 if x is None else int(x.nbytes)
+            if type(x) is not list and type(x) is not tuple:
+                if kinds.kind_of(x) == kinds.CUPY:
+                    backend().check_device(x, fn, arg)
+                return int(getattr(x, "nbytes", 0))
     arrays = _arrays(arguments, roles)
     host = dev = None
     largest = 0
@@ -217,6 +232,15 @@ def _stage_all(
     Returns:
         The device arrays the call writes (what its Work shows).
     """
+    if len(roles) == 1:  # one array argument: nothing to alias
+        for arg, role in roles.items():
+            x = bound.arguments.get(arg)
+            if x is None:
+                return []
+            if type(x) is not list and type(x) is not tuple:
+                write = role in _WRITES
+                bound.arguments[arg] = stage.host(x, role in _READS, write)
+                return [x] if write else []
     be = stage.be
     entries: list[tuple[str, int | None, Any, bool, bool]] = []
     for arg, role in roles.items():
@@ -283,7 +307,7 @@ def _staged(
     try:
         shown = _stage_all(stage, bound, roles)
         stage.download()
-        out = host(*bound.args, **bound.kwargs)
+        out = host(**bound.arguments)  # every parameter by name (Bound holds them all)
     except BaseException:
         stage.release()
         raise

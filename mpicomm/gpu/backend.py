@@ -5,12 +5,19 @@ the copies, events between streams, asynchronous copies between device arrays an
 buffers, and a device-side assignment for layouts a plain copy cannot write. :class:`CupyBackend`
 does them with cupy; the unit tests drive the same code with a deliberately lazy stand-in, which
 checks the ordering of waits and nothing else (it is no GPU verification).
+
+Each CUDA call costs a few microseconds on a GPU, as much as a small staged call's own Python, so
+:class:`CupyBackend` makes none it can spare: events come from a pool (no create and destroy per
+call), and a foreign device array is viewed from its pointer and layout (:meth:`CupyBackend.over`)
+with no DLPack export and no stream synchronisation: where its producer's stream is not the current
+one, the current stream waits for it on the device (one event recorded, one wait).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import sys
 import threading
 from typing import Any, Protocol
@@ -18,11 +25,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
-from .staging import pinned_allocator
+from .staging import lent_address, pinned_allocator
 
 __all__ = ["Backend", "CupyBackend", "backend", "set_backend", "span_of"]
 
 _D2H, _H2D = 2, 1  # cudaMemcpyDeviceToHost, cudaMemcpyHostToDevice
+_MEMORY_DEVICE, _MEMORY_MANAGED = 2, 3  # cudaMemoryTypeDevice, cudaMemoryTypeManaged
+#: Idle events kept per device (a few calls in flight at once need no more).
+_IDLE_EVENTS = 16
 
 
 class Backend(Protocol):
@@ -67,6 +77,12 @@ class Backend(Protocol):
     def span(self, x: Any) -> tuple[int, int]:
         """The device addresses ``[low, high)`` that the elements of ``x`` lie in (``(p, p)`` when empty)."""
 
+    def mark(self, stream: Any) -> Any:
+        """An event recorded now on ``stream``; hand it back with :meth:`unmark` once nothing waits for it."""
+
+    def unmark(self, event: Any) -> None:
+        """Take back an event of :meth:`mark` (its waits are queued): the next :meth:`mark` may record it."""
+
 
 class CupyBackend:
     """:class:`Backend` on cupy: two non-blocking copy streams per device, raw ``cudaMemcpyAsync``."""
@@ -78,6 +94,10 @@ class CupyBackend:
         # the runtime's own calls: a cupy.cuda.Device() costs a Python object and a device-count check
         self._device = self.cp.cuda.runtime.getDevice
         self._memcpy = self.cp.cuda.runtime.memcpyAsync
+        self._record, self._wait = self.cp.cuda.runtime.eventRecord, self.cp.cuda.runtime.streamWaitEvent
+        # idle events by device: an event belongs to the device that made it
+        self._events: dict[int, list[Any]] = {}
+        self._dtypes: dict[str, np.dtype[Any]] = {}
 
     def current_stream(self) -> Any:
         """See :class:`Backend`."""
@@ -98,6 +118,81 @@ class CupyBackend:
     def contiguous(self, x: Any) -> Any:
         """See :class:`Backend`."""
         return x if x.flags.c_contiguous else self.cp.ascontiguousarray(x)
+
+    def mark(self, stream: Any) -> Any:
+        """See :class:`Backend`. A pooled event without timing (recording one costs less)."""
+        event = self._idle_event()
+        stream.record(event)
+        return event
+
+    def unmark(self, event: Any) -> None:
+        """See :class:`Backend`."""
+        dev = self._device()
+        idle = self._events.get(dev)
+        if idle is None:
+            idle = self._events.setdefault(dev, [])
+        if len(idle) < _IDLE_EVENTS:
+            idle.append(event)
+
+    def _idle_event(self) -> Any:
+        idle = self._events.get(self._device())
+        if idle:
+            try:
+                return idle.pop()  # atomic: no lock (another thread may have taken the last one)
+            except IndexError:
+                pass
+        return self.cp.cuda.Event(disable_timing=True)
+
+    def after(self, stream: int | None, device: int) -> None:
+        """Make the current stream wait (on the device) for the work queued so far on ``stream``.
+
+        ``stream`` is a raw handle (0 and 1: the legacy default stream) or None (nothing to wait
+        for). Nothing is done where it is the current stream, or where ``device`` is not the current
+        device (the call refuses that array before using it).
+        """
+        if stream is None or device != self._device():
+            return
+        current = self.cp.cuda.get_current_stream()
+        if (stream or 1) == (current.ptr or 1):  # the usual case: one stream, nothing to order
+            return
+        event = self._idle_event()
+        try:
+            self._record(event.ptr, stream)
+            self._wait(current.ptr, event.ptr, 0)
+        finally:
+            self.unmark(event)
+
+    def over(
+        self,
+        ptr: int,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...] | None,
+        dtype: np.dtype[Any],
+        device: int,
+        owner: Any,
+        stream: int | None,
+    ) -> Any:
+        """A device array over the memory at ``ptr`` (no copy), ordered after ``owner``'s producer.
+
+        Args:
+            ptr: The address of the first element.
+            shape: The shape.
+            strides: Byte strides, or None for C order.
+            dtype: The numpy dtype.
+            device: The CUDA device that holds the memory.
+            owner: The object that owns the memory (the array keeps it alive).
+            stream: The producer's stream (raw handle) the data is ready on, or None; the current
+                stream waits for it (:meth:`after`).
+        """
+        if strides is None:
+            lo, size = ptr, math.prod(shape) * dtype.itemsize
+        else:
+            lo, hi = span_of(ptr, shape, strides, dtype.itemsize)
+            size = hi - lo
+        mem = self.cp.cuda.UnownedMemory(lo, size, owner, device)
+        out = self.cp.ndarray(shape, dtype, self.cp.cuda.MemoryPointer(mem, ptr - lo), strides)
+        self.after(stream, device)
+        return out
 
     def to_host(self, host: np.ndarray, dev: Any, stream: Any) -> None:
         """See :class:`Backend`."""
@@ -139,10 +234,12 @@ class CupyBackend:
         DLPack first, where ``x`` has it: cupy passes its current stream to ``x.__dlpack__``, and
         the producer makes that stream wait for its own (torch: for its current stream on the
         tensor's device, the one a ``with torch.cuda.stream(s):`` block set), so the call's copies
-        and its synchronisation come after the kernels that wrote ``x``.
-        ``__cuda_array_interface__`` names the producer's stream only from version 3 (cupy then
-        waits for it); torch's has none. Where cupy cannot take ``x`` by DLPack (a dtype its DLPack
-        lacks), the interface is used and a torch tensor's current stream is synchronised first.
+        and its synchronisation come after the kernels that wrote ``x``. (torch tensors of the dtypes
+        numpy has come by :meth:`over` instead, from :mod:`mpicomm.front.kinds`.)
+        ``__cuda_array_interface__`` names the producer's stream only from version 3: the current
+        stream then waits for it on the device (:meth:`interface`); torch's has none. Where cupy
+        cannot take ``x`` by DLPack (a dtype its DLPack lacks), the interface is used and a torch
+        tensor's current stream is synchronised first.
         """
         try:
             if hasattr(x, "__dlpack__"):
@@ -153,11 +250,42 @@ class CupyBackend:
                     if not hasattr(x, "__cuda_array_interface__"):
                         raise
                     _producer_stream_done(x)
-            if hasattr(x, "__cuda_array_interface__"):
-                return self.cp.asarray(x)
+            face = getattr(x, "__cuda_array_interface__", None)  # a property: read once
+            if face is not None:
+                return self.interface(x, face)
             return self.cp.from_dlpack(x)
-        except (TypeError, ValueError, RuntimeError, BufferError) as exc:
+        except (TypeError, ValueError, RuntimeError, BufferError, KeyError) as exc:
             raise ArgumentTypeError(f"{fn}: {arg} is a device array cupy cannot view: {exc}") from exc
+
+    def interface(self, x: Any, face: dict[str, Any]) -> Any:
+        """A device array over a ``__cuda_array_interface__`` object's memory, after its producer's work.
+
+        What ``cupy.asarray`` does, without the stream synchronisation it makes for a version-3
+        interface that names a stream (``cudaStreamSynchronize``: the host waits): the current stream
+        waits for that stream on the device instead, which orders every use the paths make (they all
+        follow the current stream). A masked array goes to cupy, which refuses it.
+
+        Args:
+            x: The object.
+            face: Its ``__cuda_array_interface__`` (read once: it is often a property that builds it).
+        """
+        if face.get("mask") is not None:
+            return self.cp.asarray(x)
+        typestr = face["typestr"]
+        dtype = self._dtypes.get(typestr)
+        if dtype is None:
+            dtype = self._dtypes[typestr] = np.dtype(typestr)
+        shape = tuple(face["shape"])
+        strides = face.get("strides")
+        strides = None if strides is None else tuple(strides)
+        ptr = int(face["data"][0])
+        device = self._device()
+        if ptr and 0 not in shape:  # where the memory lies, as cupy finds it (a zero-size array has none)
+            facts = self.cp.cuda.runtime.pointerGetAttributes(ptr)
+            if facts.type in (_MEMORY_DEVICE, _MEMORY_MANAGED):
+                device = int(facts.device)
+        stream = face.get("stream") if face.get("version", 0) >= 3 else None
+        return self.over(ptr, shape, strides, dtype, device, x, None if stream is None else int(stream))
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """See :class:`Backend`."""
@@ -175,9 +303,8 @@ class CupyBackend:
 
 
 def _address(host: np.ndarray) -> int:
-    """The address of a host array's first byte (``ctypes.data`` builds a ctypes object: slower)."""
-    address: int = host.__array_interface__["data"][0]
-    return address
+    """The address of a host array's first byte: kept for the staging buffers lent now, else read."""
+    return lent_address(host)
 
 
 def _device_of_tensor(x: Any) -> Any:

@@ -2,13 +2,18 @@
 
 A staged call borrows one pinned buffer per device array from the process's pool (an array that lies
 inside another argument's memory gets a view of that one's buffer, so the host code sees the same
-aliasing as the device), copies the inputs down on mpicomm's own device-to-host stream once the
-caller's current stream has reached the call, runs the numpy implementation on the host buffers (so
-results, errors and validation are exactly the host path's), and copies the outputs up on the
-host-to-device stream. The upload waits for the caller's stream *as it was at the call* (an event
-recorded then), never for work queued after it. The call returns (or its ``Work`` completes) only
-after the upload has finished, so the results are visible to every stream. No device-wide
-synchronize is used: only events and the two copy streams.
+aliasing as the device), copies the inputs down on the caller's current stream, after the work
+queued there before the call, and synchronises that stream, runs the numpy implementation on the
+host buffers (so results, errors and validation are exactly the host path's), and copies the
+outputs up on mpicomm's host-to-device stream. The upload waits for the caller's stream *as it was
+at the call* (done by then where the call read something; else an event recorded then), never for
+work queued after it. The call returns (or its ``Work`` completes) only after the upload has
+finished, so the results are visible to every stream. No device-wide synchronize is used.
+
+A small call makes the fewest CUDA calls its copies allow: ``all_reduce`` of one array makes four
+(copy down, synchronise the caller's stream, copy up, synchronise the upload stream), a broadcast
+root two, a receiver four (a pooled event recorded on the caller's stream, the upload stream's wait
+for it, the copy, the synchronisation).
 
 Buffers go back to the pool only when no copy into or out of them can still run: after an error,
 the copy streams are synchronised first. A dropped ``Work`` of an asynchronous call keeps its
@@ -27,7 +32,7 @@ import numpy as np
 from ..core import watchdog
 from ..core.work import Work
 from .backend import backend
-from .staging import HostBufferPool
+from .staging import HostBufferPool, forget_address, keep_address
 
 __all__ = ["Staging", "StagedWork", "orphans", "pool", "reap", "reset_pool"]
 
@@ -59,13 +64,16 @@ class Staging:
         if _Orphans.works:
             reap()
         self.be = backend()
-        self.pool = pool()
+        self.pool = _Pool.value or pool()
         self.d2h, self.h2d = self.be.copy_streams()
         self._inputs: list[tuple[Any, np.ndarray]] = []
         self._outputs: list[tuple[Any, np.ndarray]] = []
         self._lent: list[np.ndarray] = []
+        self._kept: list[np.ndarray] = []  # host views whose addresses are kept (staging.keep_address)
         self._queued = False  # copies were queued that may not have run yet
-        self._at_call: Any = None  # the caller's stream at the call
+        self._down: Any = None  # the stream the downloads are queued on (the caller's), while they run
+        self._at_call: Any = None  # a call that reads nothing: the backend's event on the caller's stream
+        self._reached = False  # the caller's stream has run the work queued before the call
 
     def host(self, dev: Any, read: bool, write: bool, inside: np.ndarray | None = None) -> np.ndarray:
         """A pinned host array shaped like ``dev``; ``read``: filled from it, ``write``: copied back.
@@ -76,9 +84,15 @@ class Staging:
         if inside is None:
             raw = self.pool.acquire(int(dev.nbytes))
             self._lent.append(raw)
+            address = self.pool.address(raw)
         else:
-            raw = inside
-        out: np.ndarray = raw.view(dev.dtype).reshape(dev.shape)
+            raw, address = inside, None
+        out: np.ndarray = np.ndarray(
+            dev.shape, dev.dtype, raw
+        )  # half the cost of raw.view(dtype).reshape(shape)
+        if address is not None:
+            keep_address(out, address)
+            self._kept.append(out)
         if read:
             self._inputs.append((self.be.contiguous(dev), out))
         if write:
@@ -86,23 +100,38 @@ class Staging:
         return out
 
     def download(self) -> None:
-        """Mark the call on the caller's stream; copy the inputs down after it and wait for them."""
-        self._at_call = self.be.current_stream().record()
-        if self._inputs:
-            self.d2h.wait_event(self._at_call)
-            self._queued = True
-            for dev, out in self._inputs:
-                self.be.to_host(out, dev, self.d2h)
-            self.d2h.synchronize()
-            self._queued = False
-        self._inputs = []
+        """Copy the inputs down after the caller's work queued before the call, and wait for them.
+
+        The copies go on the caller's current stream, which is then synchronised: two CUDA calls for
+        a small input, where an event on it, a copy stream waiting for that event and the copy
+        stream's synchronisation made four (and the upload then needs no wait). A call that reads
+        nothing marks the caller's stream with an event instead, for the upload to wait for.
+        """
+        be = self.be
+        inputs, self._inputs = self._inputs, []
+        stream = be.current_stream()
+        if inputs:
+            self._down, self._queued = stream, True
+            for dev, out in inputs:
+                be.to_host(out, dev, stream)
+            stream.synchronize()
+            self._down, self._queued = None, False
+            self._reached = True
+        elif self._outputs:
+            self._at_call = be.mark(stream)
+
+    def _wait_for_the_call(self) -> None:
+        """Have the upload stream wait for the caller's stream as it was at the call (unless it ran)."""
+        if not self._reached:
+            at = self._at_call
+            self.h2d.wait_event(at if at is not None else self.be.current_stream().record())
 
     def start_upload(self) -> Any:
         """Queue the outputs' copies up (after the caller's work before the call); the event of their end."""
         outputs, self._outputs = self._outputs, []
         if not outputs:
             return None
-        self.h2d.wait_event(self._at_call if self._at_call is not None else self.be.current_stream().record())
+        self._wait_for_the_call()
         self._queued = True
         for dev, src in outputs:
             self.be.to_device(dev, src, self.h2d)
@@ -114,9 +143,7 @@ class Staging:
         try:
             if outputs:
                 h2d, to_device = self.h2d, self.be.to_device
-                h2d.wait_event(
-                    self._at_call if self._at_call is not None else self.be.current_stream().record()
-                )
+                self._wait_for_the_call()
                 self._queued = True
                 for dev, src in outputs:
                     to_device(dev, src, h2d)
@@ -129,12 +156,20 @@ class Staging:
         """Give every borrowed buffer back to the pool, once no copy queued for this call can still run."""
         self._outputs = []
         lent, self._lent = self._lent, []
+        kept, self._kept = self._kept, []
         try:
             if self._queued:
+                if self._down is not None:
+                    self._down.synchronize()
                 self.d2h.synchronize()
                 self.h2d.synchronize()
                 self._queued = False
         finally:
+            at, self._at_call = self._at_call, None
+            if at is not None:
+                self.be.unmark(at)
+            for out in kept:
+                forget_address(out)
             for raw in lent:
                 self.pool.release(raw)
 

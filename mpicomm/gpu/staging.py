@@ -34,6 +34,9 @@ __all__ = [
     "PoolStats",
     "chunk_bytes",
     "chunk_step",
+    "forget_address",
+    "keep_address",
+    "lent_address",
     "numpy_allocator",
     "pinned_allocator",
     "plan_chunks",
@@ -48,6 +51,38 @@ _FINE_FROM = 64 << 10
 
 #: An allocator takes a byte count and returns a 1-D ``uint8`` host array of that many bytes.
 Allocator = Callable[[int], np.ndarray]
+
+#: The host views of staged calls in flight, by id, with their addresses: reading an address from
+#: ``__array_interface__`` costs ~0.9 us, twice per small staged call. An entry holds its view, so
+#: no other array can take its id while it is there; :func:`forget_address` drops it.
+_ADDRESSES: dict[int, tuple[np.ndarray, int]] = {}
+
+
+def lent_address(host: np.ndarray) -> int:
+    """The address of ``host``'s first byte: kept by :func:`keep_address`, else read from numpy.
+
+    Example:
+        >>> import numpy as np
+        >>> from mpicomm.gpu.staging import lent_address
+        >>> a = np.zeros(4)
+        >>> lent_address(a) == a.ctypes.data
+        True
+    """
+    entry = _ADDRESSES.get(id(host))
+    if entry is not None:
+        return entry[1]
+    address: int = host.__array_interface__["data"][0]
+    return address
+
+
+def keep_address(host: np.ndarray, address: int) -> None:
+    """Remember ``host``'s address (its first byte) until :func:`forget_address`; holds ``host``."""
+    _ADDRESSES[id(host)] = (host, address)
+
+
+def forget_address(host: np.ndarray) -> None:
+    """Drop what :func:`keep_address` kept for ``host``."""
+    _ADDRESSES.pop(id(host), None)
 
 
 def numpy_allocator(nbytes: int) -> np.ndarray:
@@ -101,6 +136,17 @@ def size_class(nbytes: int) -> int:
         return top
     step = top // 8  # the classes between top / 2 and top are top / 2 + k * top / 8
     return -(-n // step) * step
+
+
+#: Request sizes seen -> their size class (a small call asks the same few sizes again and again).
+_CLASSES: dict[int, int] = {}
+
+
+def _size_class_kept(nbytes: int) -> int:
+    if len(_CLASSES) >= 1024:  # many sizes: start again rather than grow without bound
+        _CLASSES.clear()
+    size = _CLASSES[nbytes] = size_class(nbytes)
+    return size
 
 
 @dataclass(frozen=True)
@@ -170,6 +216,8 @@ class HostBufferPool:
         self._allocate = allocator or numpy_allocator
         self.cap_bytes = int(cap_bytes)
         self._free: dict[int, list[np.ndarray]] = {}
+        # id of a kept buffer -> its address (read once, when it is allocated)
+        self._at: dict[int, int] = {}
         # id of a lent view -> (the view, kept so that its id stays unique; its pooled buffer; size class)
         self._lent: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
         self._lock = threading.Lock()
@@ -191,13 +239,15 @@ class HostBufferPool:
             ArgumentTypeError: ``nbytes`` is not an int.
             ArgumentError: ``nbytes`` is negative.
         """
-        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
-            raise ArgumentTypeError(
-                f"HostBufferPool.acquire: nbytes is a {type(nbytes).__name__}; expected an int"
-            )
+        if type(nbytes) is not int:  # the exact type first: a bool is refused below
+            if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
+                raise ArgumentTypeError(
+                    f"HostBufferPool.acquire: nbytes is a {type(nbytes).__name__}; expected an int"
+                )
+            nbytes = int(nbytes)
         if nbytes < 0:
             raise ArgumentError(f"HostBufferPool.acquire: nbytes is {nbytes}; expected 0 or more")
-        size = size_class(int(nbytes))
+        size = _CLASSES.get(nbytes) or _size_class_kept(nbytes)
         with self._lock:
             idle = self._free.get(size)
             if idle:
@@ -205,6 +255,7 @@ class HostBufferPool:
                 self._reuses += 1
             elif self._make_room(size):
                 base = self._new(size)
+                self._at[id(base)] = lent_address(base)
                 self._allocations += 1
                 self._held += size
             else:
@@ -214,6 +265,19 @@ class HostBufferPool:
             self._lent[id(view)] = (view, base, size)
             self._in_use += size
         return view
+
+    def address(self, buf: np.ndarray) -> int | None:
+        """The address of a buffer lent by :meth:`acquire` now (None for a one-off buffer).
+
+        Example:
+            >>> from mpicomm.gpu.staging import HostBufferPool
+            >>> pool = HostBufferPool()
+            >>> buf = pool.acquire(100)
+            >>> pool.address(buf) == buf.ctypes.data
+            True
+        """
+        entry = self._lent.get(id(buf))
+        return None if entry is None else self._at.get(id(entry[1]))
 
     def release(self, buf: np.ndarray) -> None:
         """Take back a buffer lent by :meth:`acquire`; one-off (overflow) buffers are simply dropped.
@@ -270,6 +334,8 @@ class HostBufferPool:
         with self._lock:
             for size, bufs in self._free.items():
                 self._held -= size * len(bufs)
+                for b in bufs:
+                    self._at.pop(id(b), None)
             self._free.clear()
 
     def _make_room(self, size: int) -> bool:
@@ -279,7 +345,7 @@ class HostBufferPool:
         for cls in sorted(self._free, reverse=True):
             bufs = self._free[cls]
             while bufs and self._held + size > self.cap_bytes:
-                bufs.pop()
+                self._at.pop(id(bufs.pop()), None)
                 self._held -= cls
                 self._evictions += 1
         return self._held + size <= self.cap_bytes

@@ -35,8 +35,15 @@ CALLS: dict[str, list[tuple[int, tuple[str, ...]]]] = {
     "cupy.cuda.PinnedMemoryPointer": [(2, ())],
     "cupy.ones": [(2, ())],
     "cupyx.empty_pinned": [(2, ())],
-    "cupy.cuda.Event": [(0, ())],
+    "cupy.cuda.Event": [(0, ()), (0, ("disable_timing",))],
     "cupy.cuda.get_elapsed_time": [(2, ())],
+    # the staged path's pooled events and foreign views (issue 35): raw runtime calls, no objects
+    "cupy.cuda.runtime.eventRecord": [(2, ())],
+    "cupy.cuda.runtime.streamWaitEvent": [(3, ())],
+    "cupy.cuda.runtime.pointerGetAttributes": [(1, ())],
+    "cupy.cuda.UnownedMemory": [(4, ())],
+    "cupy.cuda.MemoryPointer": [(2, ())],
+    "cupy.ndarray": [(4, ())],
 }
 
 #: Names mpicomm reads but does not call (modules, classes, constants).
@@ -67,7 +74,7 @@ ATTRS: dict[str, tuple[str, ...]] = {
 }
 
 #: Instance attributes a class sets in ``__init__`` (not visible on the class): checked in the docs.
-INSTANCE_ATTRS = {"cupy.cuda.Stream": ("ptr",)}
+INSTANCE_ATTRS = {"cupy.cuda.Stream": ("ptr",), "cupy.cuda.Event": ("ptr",)}
 
 _ROOTS = {"cupy": "cupy", "cupyx": "cupyx", "cp": "cupy"}  # cp: what mpicomm calls the module
 

@@ -155,7 +155,7 @@ class ndarray:
             return self.__dict__["_data"]  # type: ignore[no-any-return]
         except KeyError:
             made = self.__dict__["_data"] = cuda.MemoryPointer(
-                self._mem, self._a.__array_interface__["data"][0]
+                self._mem, self._a.__array_interface__["data"][0] - self._mem.ptr
             )
             return made
 

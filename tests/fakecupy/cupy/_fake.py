@@ -137,3 +137,14 @@ class RawKernel:
             )
         views = [a._a if isinstance(a, ndarray) else a for a in args]
         cuda.get_current_stream().launch(lambda: fn(*views))
+
+
+class counting:  # noqa: N801 - a context manager used like a function
+    """``with counting() as calls:``: the CUDA runtime calls made inside, by name (``calls`` is a dict)."""
+
+    def __enter__(self) -> dict[str, int]:
+        cuda.runtime.CALLS = {}
+        return cuda.runtime.CALLS
+
+    def __exit__(self, *exc: object) -> None:
+        cuda.runtime.CALLS = None

@@ -29,6 +29,7 @@ __all__ = [
     "PinnedMemoryPointer",
     "PinnedMemoryPool",
     "Stream",
+    "UnownedMemory",
     "alloc_pinned_memory",
     "get_current_stream",
     "get_elapsed_time",
@@ -49,6 +50,7 @@ class _State(threading.local):
 
 
 _state = _State()
+runtime._current = _state
 
 
 def is_available() -> bool:
@@ -148,11 +150,13 @@ class Stream:
         return event
 
     def wait_event(self, event: Event) -> None:
+        runtime._count("streamWaitEvent")
         stream, upto = event._stream, event._upto  # the point recorded now, as CUDA takes it
         if stream is not None:
             self.launch(lambda: stream.run(upto + 1))
 
     def synchronize(self) -> None:
+        runtime._count("streamSynchronize")
         self.run(self._issued)
 
     @property
@@ -210,14 +214,25 @@ class Event:
     """A point in a stream's queue; waiting for it runs the stream up to there."""
 
     _ptrs = itertools.count(0x9000)
+    _live: ClassVar[weakref.WeakValueDictionary[int, Event]] = weakref.WeakValueDictionary()
 
     def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False) -> None:
-        self.ptr = next(Event._ptrs)
+        self._ptr = 0
+        runtime._count("eventCreate")
+
+    @property
+    def ptr(self) -> int:
+        """The handle, made (and registered for the runtime's calls) when first read."""
+        if not self._ptr:
+            self._ptr = next(Event._ptrs)
+            Event._live[self._ptr] = self
+        return self._ptr
         self._stream: Stream | None = None
         self._upto = 0
         self._stamp: float | None = None
 
     def record(self, stream: Stream | None = None) -> None:
+        runtime._count("eventRecord")
         self._stream = get_current_stream() if stream is None else stream
         self._upto = self._stream._issued
         self._stamp = None
@@ -227,6 +242,7 @@ class Event:
         self._stamp = time.perf_counter()
 
     def synchronize(self) -> None:
+        runtime._count("eventSynchronize")
         if self._stream is not None:
             self._stream.run(self._upto + 1)
 
@@ -239,6 +255,17 @@ class Event:
         return self.done
 
 
+def event_of(ptr: int) -> Event:
+    """The event with handle ``ptr``."""
+    event = Event._live.get(int(ptr))
+    if event is None:
+        raise runtime.CUDARuntimeError(f"cudaErrorInvalidResourceHandle: no event {ptr:#x}")
+    return event
+
+
+runtime._event_of = event_of
+
+
 def get_elapsed_time(start_event: Event, end_event: Event) -> float:
     """Milliseconds between two events (each is run to first)."""
     start_event.synchronize()
@@ -247,12 +274,12 @@ def get_elapsed_time(start_event: Event, end_event: Event) -> float:
 
 
 class MemoryPointer:
-    """``ndarray.data``: the memory and the address of the array's first element."""
+    """``ndarray.data``: the memory and the address of the array's first element (``offset`` into it)."""
 
     ptr: int = 0  # cupy's is a read-only attribute of the class
 
-    def __init__(self, mem: Any, ptr: int) -> None:
-        self.mem, self.ptr = mem, int(ptr)
+    def __init__(self, mem: Any, offset: int) -> None:
+        self.mem, self.ptr = mem, int(mem.ptr) + int(offset)
         self.device_id = getattr(mem, "device_id", 0)
 
     @property
@@ -261,6 +288,23 @@ class MemoryPointer:
 
     def __int__(self) -> int:
         return self.ptr
+
+
+class UnownedMemory(_memory.Memory):
+    """Device memory another library owns (``owner`` is kept alive): registered as device memory here.
+
+    As cupy's, ``device_id=-1`` asks the pointer's device (``cudaPointerGetAttributes``).
+    """
+
+    def __init__(self, ptr: int, size: int, owner: Any, device_id: int = -1) -> None:
+        if device_id < 0:
+            facts = runtime.pointerGetAttributes(ptr)
+            device_id = facts.device if facts.type == runtime.memoryTypeDevice else _state.device
+        if size:
+            super().__init__(size, device_id, keep=owner, ptr=ptr)
+        else:  # nothing to point at: a private empty allocation
+            super().__init__(0, device_id)
+        self.owner = owner
 
 
 # ------------------------------------------------------------------ pinned memory

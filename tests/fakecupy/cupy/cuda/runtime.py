@@ -20,6 +20,15 @@ def _no_streams(ptr: int) -> Any:
 
 
 _stream_of: Callable[[int], Any] = _no_streams  # replaced by cupy.cuda (the stream registry lives there)
+_event_of: Callable[[int], Any] = _no_streams  # likewise, the events
+#: fake-only: while a dict (``counting()``), the CUDA runtime calls made, by name: the runtime's
+#: functions and the stream and event methods alike (each is one runtime call in cupy)
+CALLS: dict[str, int] | None = None
+
+
+def _count(name: str) -> None:
+    if CALLS is not None:
+        CALLS[name] = CALLS.get(name, 0) + 1
 
 
 class CUDARuntimeError(RuntimeError):
@@ -38,9 +47,14 @@ def getDeviceCount() -> int:
 
 
 def getDevice() -> int:
-    from . import _state
+    return int(_current.device)
 
-    return int(_state.device)
+
+class _NoState:
+    device = 0
+
+
+_current: Any = _NoState()  # cupy.cuda's thread-local state, set when it is imported (a C call in cupy)
 
 
 def setDevice(device: int) -> None:
@@ -67,6 +81,16 @@ def streamSynchronize(stream: int) -> None:
     _stream_of(stream).synchronize()
 
 
+def eventRecord(event: int, stream: int) -> None:
+    """Record the event (handle) on the stream (handle; 0 and 1: the legacy default stream)."""
+    _event_of(event).record(_stream_of(stream))
+
+
+def streamWaitEvent(stream: int, event: int, flags: int = 0) -> None:
+    """The stream's later work waits for the event's recorded point."""
+    _stream_of(stream).wait_event(_event_of(event))
+
+
 def _side(ptr: int, size: int, want_device: bool, what: str, kind: int) -> None:
     region = _memory.find(ptr)
     on_device = region is not None and region[3] == _memory.DEVICE
@@ -84,6 +108,7 @@ def _side(ptr: int, size: int, want_device: bool, what: str, kind: int) -> None:
 
 def memcpyAsync(dst: int, src: int, size: int, kind: int, stream: int) -> None:
     """Queue a copy of ``size`` bytes on ``stream``; checks each side's memory kind and bounds now."""
+    _count("memcpyAsync")
     if kind not in range(5):
         raise CUDARuntimeError(f"cudaErrorInvalidMemcpyDirection: {kind}")
     if size < 0:
@@ -110,6 +135,7 @@ class PointerAttributes:
 
 
 def pointerGetAttributes(ptr: int) -> PointerAttributes:
+    _count("pointerGetAttributes")
     region = _memory.find(ptr)
     if region is None:
         return PointerAttributes(memoryTypeUnregistered, -2, 0, ptr)
