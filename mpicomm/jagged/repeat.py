@@ -38,9 +38,10 @@ class Sent:
         peers: ``counts`` with 0 for this rank, whose own values the placed path copies locally.
         mine: Where this rank's own values start, and how many there are.
         byte_starts: ``starts`` in bytes (Alltoallw's displacements).
+        hot: The repeat of the last call that sent this message (see ``mpicomm.jagged.kjt``).
     """
 
-    __slots__ = ("bounds", "byte_starts", "c32", "counts", "header", "mine", "peers", "starts")
+    __slots__ = ("bounds", "byte_starts", "c32", "counts", "header", "hot", "mine", "peers", "starts")
 
     def __init__(
         self,
@@ -63,6 +64,9 @@ class Sent:
         self.peers = [0 if d == me else c for d, c in enumerate(self.counts)]
         self.byte_starts = [d * send.value_bytes for d in self.starts]
         self.c32 = int32_counts(self.counts, self.starts)
+        #: The last call's repeat (``mpicomm.jagged.kjt``): what follows from a counts message
+        #: received with this one, checked, kept with its bytes; None until a call can use one.
+        self.hot: Any = None
 
 
 def int32_counts(counts: list[int], displs: list[int]) -> tuple[np.ndarray, np.ndarray] | None:

@@ -19,7 +19,7 @@ from unit.test_jagged_reference import RankInput, check_output, reference_all_to
 
 import mpicomm
 from mpicomm.jagged import KeyedJaggedArray, KJTAllToAll
-from mpicomm.jagged.kjt import _Placement
+from mpicomm.jagged.kjt import _Placement, _Repeat
 from mpicomm.jagged.wire import _fingerprint
 
 
@@ -246,3 +246,38 @@ def test_forged_inline_lengths_are_refused(world: mpicomm.ProcessGroup, forged: 
         with pytest.raises(mpicomm.CommunicationError, match=f"KJTAllToAll: rank 0 sends {words}"):
             a2a(mine)
     MPI.COMM_WORLD.Barrier()
+
+
+def _repeats(a2a: KJTAllToAll) -> int:
+    """Sent entries holding a repeat (a message checked once, served again without the lookups)."""
+    return sum(isinstance(s.hot, _Repeat) for p in a2a._send.values() for s in p.sent.values())
+
+
+def _shifted(inputs: list[RankInput], i: int) -> list[RankInput]:
+    """The same lengths, every value plus ``1000 * i``."""
+    return [replace(x, rows={k: [a + 1000 * i for a in v] for k, v in x.rows.items()}) for x in inputs]
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_repeated_message_moves_each_calls_values_and_gives_fresh_arrays(
+    world: mpicomm.ProcessGroup, placement: str, weighted: bool
+) -> None:
+    w, r = world.size(), world.rank()
+    splits, keys = [2] * w, [f"k{i}" for i in range(2 * w)]
+    a2a = KJTAllToAll(splits)
+    first = everyone(w, 41, [2 + (s % 3) for s in range(w)], keys=keys, weighted=weighted)
+    outs = []
+    for i in range(4):  # the same counts every call, other values each call
+        got = a2a(_shifted(first, i)[r].to_kja()).wait()
+        check_output(got, reference_all_to_all(_shifted(first, i), splits)[r])
+        outs.append(got)
+    if w > 1:  # the third call on took the repeat on the gather path, never on the placed one
+        assert _repeats(a2a) == (1 if placement == "gather" else 0)
+    outs[2].lengths()[:] = 7  # each call's output owns its arrays
+    outs[2].values()[:] = 7
+    check_output(outs[3], reference_all_to_all(_shifted(first, 3), splits)[r])
+    # only the last rank's lengths change: this rank sends the same message, receives another one
+    changed = [*first[:-1], everyone(w, 42, [2 + ((w - 1) % 3)] * w, keys=keys, weighted=weighted)[-1]]
+    for _ in range(3):
+        run(a2a, changed, splits, r)
+    run(a2a, first, splits, r)
