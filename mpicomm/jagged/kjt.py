@@ -243,14 +243,17 @@ class KJTAllToAll:
             key_values = to_host(xp_take(kja._wide_offsets(), send.key_index))
             sent = Sent(send, lay, key_values, None, kja._values.shape[0])
         else:
-            offsets = kja._offsets64 if kja._offsets64 is not None else kja._wide_offsets()
-            sent = sending(send, lay, offsets, kja._lengths, kja._values.shape[0])
-        got = np.empty(sent.header.shape, np.int64)  # the counts message: int64 words
+            sent = sending(send, lay, kja)
+        hot = sent.hot
+        # the counts message (int64 words); a repeat receives into its own buffer, copied if it differs
+        got = hot.scratch if type(hot) is _Repeat else np.empty(sent.header.shape, np.int64)
         if cmpi.alltoall(sent.header, got, self._i64, g.internal) is NotImplemented:
             g.internal.Alltoall([sent.header, self._i64], [got, self._i64])
-        hot, mark = sent.hot, got.tobytes()
-        if type(hot) is _Repeat and hot.got == mark:  # the message checked last time, again
-            return hot.start(self, kja)
+        mark = got.tobytes()
+        if type(hot) is _Repeat:
+            if hot.got == mark:  # the message checked last time, again
+                return hot.start(self, kja)
+            got = got.copy()
         recv = send.receive(lay, got, fn)
         arrived = arriving(recv, lay, got, send.item_bytes, fn)
         # every rank sees every rank's total and direct flag, so every rank takes the same path
@@ -449,8 +452,8 @@ class _Repeat:
     keep) leave ``hot`` None and take the general path every time.
     """
 
-    __slots__ = ("got", "index", "keys", "lengths", "mine", "recvs", "sends", "shape", "stride", "table",
-                 "theirs", "types")  # fmt: skip
+    __slots__ = ("got", "index", "keys", "lengths", "mine", "recvs", "scratch", "sends", "shape", "stride",
+                 "table", "theirs", "types")  # fmt: skip
 
     def __init__(
         self,
@@ -461,6 +464,7 @@ class _Repeat:
     ) -> None:
         arrived, sent = call.arrived, call.sent
         self.got, self.index, self.lengths = got, index, _inline_lengths(call)
+        self.scratch = np.empty_like(call.got)  # where later calls receive their counts message
         self.keys = call.a2a._layout.key_range
         self.mine, self.theirs = c32
         self.sends, self.recvs = (sent.counts, sent.starts), (arrived.counts, arrived.displs)

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import weakref
 from operator import sub
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .placement import indexed_types
 from .plan import Layout, RecvPlan, SendPlan, free_types, segments_by_key, starts, value_counts, value_index
 from .wire import check_kjt_claims
+
+if TYPE_CHECKING:
+    from .keyed import KeyedJaggedArray
 
 __all__ = ["Arrived", "Sent", "arriving", "int32_counts", "sending"]
 
@@ -84,18 +87,28 @@ def int32_counts(counts: list[int], displs: list[int]) -> tuple[np.ndarray, np.n
     return np.array(counts, dtype=np.int32), np.array(displs, dtype=np.int32)
 
 
-def sending(send: SendPlan, layout: Layout, offsets: np.ndarray, lengths: np.ndarray, nvalues: int) -> Sent:
-    """The :class:`Sent` of a host call: ``offsets`` are its int64 offsets, ``lengths`` its lengths.
+def sending(send: SendPlan, layout: Layout, kja: KeyedJaggedArray) -> Sent:
+    """The :class:`Sent` of a host call of the KeyedJaggedArray ``kja`` (numpy arrays).
 
     Served from ``send.sent`` when this rank sent the same per-key value offsets (and, inline, the
-    same lengths) in a recent call of this shape.
+    same lengths) in a recent call of this shape. Inline, the lengths alone are the key (they fix
+    the offsets, and the values match their sum): a new array of repeated lengths costs one bytes
+    copy, not its offsets.
     """
-    key_values = offsets[send.key_index]
-    inline = send.inline_slots is not None
-    key = key_values.tobytes() + lengths.tobytes() if inline else key_values.tobytes()
-    sent: Sent | None = send.sent.get(key)
+    lengths = kja._lengths
+    if send.inline_slots is not None:
+        key = lengths.tobytes()
+        sent: Sent | None = send.sent.get(key)
+        if sent is None:
+            key_values = kja._wide_offsets()[send.key_index]
+            sent = Sent(send, layout, key_values, lengths, kja._values.shape[0])
+            send.sent.put(key, sent)
+        return sent
+    key_values = kja._wide_offsets()[send.key_index]
+    key = key_values.tobytes()
+    sent = send.sent.get(key)
     if sent is None:
-        sent = Sent(send, layout, key_values, lengths if inline else None, nvalues)
+        sent = Sent(send, layout, key_values, None, kja._values.shape[0])
         send.sent.put(key, sent)
     return sent
 

@@ -152,7 +152,7 @@ def _phases(e: Env, kja: mpicomm.KeyedJaggedArray, splits: list[int]) -> dict[st
 
     def counts() -> tuple[Any, repeat.Arrived]:
         """KJTAllToAll's first step alone: the counts message, its exchange and its checks."""
-        sent = repeat.sending(send, lay, kja._wide_offsets(), kja._lengths, kja.values().shape[0])
+        sent = repeat.sending(send, lay, kja)
         got = np.empty_like(sent.header)
         g.internal.Alltoall([sent.header, i64], [got, i64])
         recv = send.receive(lay, got, "KJTAllToAll")
