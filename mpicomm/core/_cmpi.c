@@ -563,7 +563,7 @@ static PyMethodDef methods[] = {
     FAST(bind), FAST(handle), FAST(allreduce), FAST(reduce), FAST(bcast), FAST(allgather), FAST(reduce_scatter_block),
     FAST(alltoall), FAST(alltoallv), FAST(send), FAST(recv), FAST(sendrecv),
     FAST(sendrecv_checked), LIST(allgather_list), LIST(reduce_scatter_list),
-    LIST(gather_list), LIST(exchange), LIST(jagged),
+    LIST(gather_list), LIST(exchange), LIST(jagged), LIST(kjt_repeat),
     {"names", names, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
 

@@ -145,6 +145,7 @@ HIDDEN PyObject *cmpi_exchange(PyObject *self, PyObject *const *a, Py_ssize_t na
 
 /* jagged_all_to_all's blocking call (_cmpi_jagged.c), and the datatype cache it shares (_cmpi.c). */
 HIDDEN PyObject *cmpi_jagged(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
+HIDDEN PyObject *cmpi_kjt_repeat(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
 HIDDEN PyObject *cmpi_datatype_for(PyObject *datatypes, PyObject *dtype);
 
 #endif

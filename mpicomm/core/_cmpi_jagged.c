@@ -99,6 +99,17 @@ static PyObject *hand_over(PyObject *empty, const i64 *got, int n, PyObject *i64
     return out;
 }
 
+/* Whether int32 counts and displacements of the group size stay inside a buffer of n elements. */
+static int kjt_inside(const Py_buffer *counts, const Py_buffer *displs, int size, Py_ssize_t n) {
+    if (counts->len != (Py_ssize_t)sizeof(int) * size || displs->len != (Py_ssize_t)sizeof(int) * size ||
+        counts->itemsize != (Py_ssize_t)sizeof(int) || displs->itemsize != (Py_ssize_t)sizeof(int))
+        return 0;
+    const int *c = counts->buf, *d = displs->buf;
+    for (int i = 0; i < size; i++)
+        if (c[i] < 0 || d[i] < 0 || (Py_ssize_t)d[i] + c[i] > n) return 0;
+    return 1;
+}
+
 HIDDEN PyObject *cmpi_jagged(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     ARGS(9);
     Bufs b = {.n = 0};
@@ -283,4 +294,80 @@ out:
         return mpi_error(ierr);
     }
     return result;
+}
+
+/* kjt_repeat(header, got, expect, values, sc, sd, out, rc, rd, segs, tmp, hdr_dt, dt, comm): one
+ * KJTAllToAll call whose counts message repeats (mpicomm.jagged.kjt's _Repeat), in one C call.
+ *
+ * Why: once a call's counts message has been received and checked, a later call that receives the
+ * same bytes needs nothing of Python between its two MPI calls but one comparison; the recat of
+ * the values is a few segment copies. The calls are KJTAllToAll's own (MPI_Alltoall of header into
+ * got, then MPI_Alltoallv of the values), so ranks on the Python path match.
+ *
+ * Arguments: header, the int64 counts message sent (size * W words); got, a writable int64 array of
+ * as many bytes (what arrives lands there); expect, the bytes of the message the last call
+ * received, checked; values, the C-contiguous values sent (one value a row); sc, sd, rc, rd, int32
+ * counts and displacements; out, the values' new array; segs, None when the values arrive in their
+ * final order, else an int64 (m, 3) array of (from, to, count) segments, in values, that put what
+ * arrives in tmp (an array of out's size) into out; hdr_dt, MPI.INT64_T; dt, the values' datatype.
+ *
+ * Returns True once done; False after the counts message when it differs from expect (got holds
+ * it, nothing else has moved: the Python path finishes the call); NotImplemented before any MPI
+ * call when it cannot serve the arguments. */
+HIDDEN PyObject *cmpi_kjt_repeat(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    ARGS(14);
+    Bufs b = {.n = 0}, c = {.n = 0};
+    H dt_hdr, dt, comm;
+    int n, ierr;
+    int fused = a[9] != Py_None;
+    /* b.v: header, got, values, out[, tmp]; c.v: sc, sd, rc, rd[, segs] */
+    if (!handle_of(a[11], S.t_datatype, &dt_hdr) || !handle_of(a[12], S.t_datatype, &dt) ||
+        !handle_of(a[13], S.t_comm, &comm) || !PyBytes_CheckExact(a[2]) || comm_size(comm, &n) || n <= 0)
+        return cannot(&b);
+    if (!get(&b, a[0], 0) || !get(&b, a[1], 1) || !get(&b, a[3], 0) || !get(&b, a[6], 1) ||
+        (fused && !get(&b, a[10], 1)) || !get(&c, a[4], 0) || !get(&c, a[5], 0) || !get(&c, a[7], 0) ||
+        !get(&c, a[8], 0) || (fused && !get(&c, a[9], 0)))
+        goto cannot;
+    Py_buffer *hdr = &b.v[0], *got = &b.v[1], *V = &b.v[2], *O = &b.v[3], *T = fused ? &b.v[4] : O;
+    Py_ssize_t words = elements(hdr), isz = V->itemsize;
+    if (hdr->itemsize != (Py_ssize_t)sizeof(i64) || got->len != hdr->len || PyBytes_GET_SIZE(a[2]) != hdr->len ||
+        words % n != 0 || words / n > INT_MAX || !apart(hdr, got) || O->itemsize != isz || T->len != O->len ||
+        T->itemsize != isz || !apart(V, T) || !apart(V, O) || (fused && !apart(T, O)) ||
+        !apart(got, V) || !apart(got, T) ||
+        !kjt_inside(&c.v[0], &c.v[1], n, elements(V)) || !kjt_inside(&c.v[2], &c.v[3], n, elements(T)))
+        goto cannot;
+    const i64 *segs = NULL;
+    Py_ssize_t nsegs = 0, total = elements(O);
+    if (fused) {
+        Py_buffer *G = &c.v[4];
+        if (G->itemsize != (Py_ssize_t)sizeof(i64) || G->len % (3 * (Py_ssize_t)sizeof(i64)) != 0) goto cannot;
+        segs = G->buf;
+        nsegs = G->len / (3 * (Py_ssize_t)sizeof(i64));
+        for (Py_ssize_t i = 0; i < nsegs; i++) {
+            i64 from = segs[3 * i], to = segs[3 * i + 1], k = segs[3 * i + 2];
+            if (from < 0 || to < 0 || k < 0 || from > total - k || to > total - k) goto cannot;
+        }
+    }
+    if ((ierr = call_alltoall(hdr->buf, got->buf, (int)(words / n), dt_hdr, comm))) goto failed;
+    if (memcmp(got->buf, PyBytes_AS_STRING(a[2]), (size_t)got->len) != 0) {
+        release(&b);
+        release(&c);
+        Py_RETURN_FALSE;
+    }
+    if ((ierr = call_alltoallv(V->buf, c.v[0].buf, c.v[1].buf, T->buf, c.v[2].buf, c.v[3].buf, dt, comm))) goto failed;
+    for (Py_ssize_t i = 0; i < nsegs; i++)
+        memcpy((char *)O->buf + segs[3 * i + 1] * isz, (const char *)T->buf + segs[3 * i] * isz,
+               (size_t)(segs[3 * i + 2] * isz));
+    release(&b);
+    release(&c);
+    Py_RETURN_TRUE;
+
+failed:
+    release(&b);
+    release(&c);
+    return mpi_error(ierr);
+
+cannot:
+    release(&c);
+    return cannot(&b);
 }

@@ -39,6 +39,11 @@ of the lengths unless they rode in the counts message, and of the values): it re
 ``(lengths, values, splits)``, or, after the counts message, the counts received when anything in
 them is not the common case, for the Python path to finish (see ``_cmpi_jagged.c``).
 
+``kjt_repeat(header, got, expect, values, sc, sd, out, rc, rd, segs, tmp, i64, dt, c)`` makes a
+:class:`mpicomm.KJTAllToAll` call whose counts message repeats one already checked (its
+``MPI_Alltoall``, then its ``MPI_Alltoallv`` and recat, see ``_cmpi_jagged.c``): it returns True,
+or False after the counts message when that differs from ``expect``.
+
 No buffer that is written may share memory with another, or the function returns ``NotImplemented``.
 
 Each returns None once MPI has made the call, raises mpi4py's ``MPI.Exception`` on an MPI error,
@@ -87,6 +92,7 @@ __all__ = [
     "exchange",
     "gather_list",
     "jagged",
+    "kjt_repeat",
     "recv",
     "reduce",
     "reduce_scatter_block",
@@ -103,7 +109,7 @@ def _unbound(*args: Any) -> Any:
 
 allreduce = reduce = bcast = allgather = reduce_scatter_block = alltoall = alltoallv = send = recv = _unbound
 sendrecv = sendrecv_checked = _unbound
-allgather_list = reduce_scatter_list = gather_list = exchange = jagged = _unbound
+allgather_list = reduce_scatter_list = gather_list = exchange = jagged = kjt_repeat = _unbound
 _NAMES = tuple(name for name in __all__ if name not in ("bind", "bound"))  # the C functions
 _why = "not bound yet (MPI not started)"
 

@@ -31,6 +31,7 @@ from ..core.groups import ProcessGroup, resolve
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError, GroupError
 from .device import to_host, xp_take
+from .hot import Repeat
 from .keyed import KeyedJaggedArray
 from .plan import _DIRECT, _INLINE_MAX, Layout, Lru, RecvPlan, SendPlan, datatypes, self_comm
 from .repeat import Arrived, Sent, arriving, sending
@@ -245,15 +246,21 @@ class KJTAllToAll:
         else:
             sent = sending(send, lay, kja)
         hot = sent.hot
-        # the counts message (int64 words); a repeat receives into its own buffer, copied if it differs
-        got = hot.scratch if type(hot) is _Repeat else np.empty(sent.header.shape, np.int64)
-        if cmpi.alltoall(sent.header, got, self._i64, g.internal) is NotImplemented:
-            g.internal.Alltoall([sent.header, self._i64], [got, self._i64])
+        if type(hot) is Repeat:  # the counts message (int64 words) lands in the repeat's buffer
+            done = hot.fused(kja, sent.header, self._i64, g.internal)  # the whole call from C when it can
+            if done is NotImplemented:
+                if cmpi.alltoall(sent.header, hot.scratch, self._i64, g.internal) is NotImplemented:
+                    g.internal.Alltoall([sent.header, self._i64], [hot.scratch, self._i64])
+                if hot.got == hot.scratch.tobytes():  # the message checked last time, again
+                    return KJTAllToAllAwaitable(None, [hot.start(kja, g.internal)])
+            elif done is not None:
+                return KJTAllToAllAwaitable(None, [done])
+            got = hot.scratch.copy()  # another message: the general path keeps it
+        else:
+            got = np.empty(sent.header.shape, np.int64)
+            if cmpi.alltoall(sent.header, got, self._i64, g.internal) is NotImplemented:
+                g.internal.Alltoall([sent.header, self._i64], [got, self._i64])
         mark = got.tobytes()
-        if type(hot) is _Repeat:
-            if hot.got == mark:  # the message checked last time, again
-                return hot.start(self, kja)
-            got = got.copy()
         recv = send.receive(lay, got, fn)
         arrived = arriving(recv, lay, got, send.item_bytes, fn)
         # every rank sees every rank's total and direct flag, so every rank takes the same path
@@ -267,7 +274,7 @@ class KJTAllToAll:
         handle = self._start_gather(call)
         # a repeat is made the second time in a row that a message comes (new counts every call
         # then cost one bytes copy, not a repeat each)
-        sent.hot = (_Repeat.of(call, mark) or mark) if hot == mark else mark
+        sent.hot = (_repeat_of(call, mark) or mark) if hot == mark else mark
         return handle
 
     def _agree(self) -> None:
@@ -438,80 +445,33 @@ class KJTAllToAll:
         return KJTAllToAllAwaitable(None, out)
 
 
-class _Repeat:
-    """A host gather call whose counts message repeats byte for byte: everything but the data known.
+def _repeat_of(call: _Call, got: bytes) -> Repeat | None:
+    """The repeat of a host gather call that just ran (``got``: its message's bytes), or None.
 
-    Kept on the :class:`~mpicomm.jagged.repeat.Sent` of the call that made it (its ``hot``), with
-    the bytes of the counts message that call received. A later call that sends the same message
-    and receives the same bytes has the same receive plan and value counts, already checked: it
-    moves the values (and weights) with the int32 counts made then, gathers them with the recat
-    index made then, and copies the lengths gathered then (every source sent them inline). It
-    skips the receive plan and value count lookups, the awaitable's deferred recat and the
-    ``_Call``: about half the Python of a repeated 1 KiB call. Calls that do not fit (lengths in
-    a message of their own, rows of several values, counts past int32, a recat index too large to
-    keep) leave ``hot`` None and take the general path every time.
+    None when later calls could not use one (see :class:`~mpicomm.jagged.hot.Repeat`).
     """
-
-    __slots__ = ("got", "index", "keys", "lengths", "mine", "recvs", "scratch", "sends", "shape", "stride",
-                 "table", "theirs", "types")  # fmt: skip
-
-    def __init__(
-        self,
-        call: _Call,
-        got: bytes,
-        c32: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
-        index: np.ndarray | None,
-    ) -> None:
-        arrived, sent = call.arrived, call.sent
-        self.got, self.index, self.lengths = got, index, _inline_lengths(call)
-        self.scratch = np.empty_like(call.got)  # where later calls receive their counts message
-        self.keys = call.a2a._layout.key_range
-        self.mine, self.theirs = c32
-        self.sends, self.recvs = (sent.counts, sent.starts), (arrived.counts, arrived.displs)
-        self.shape = (arrived.total, *call.kja._values.shape[1:])
-        self.stride, self.table, self.types = call.recv.stride, call.recv.table, call.send.types
-
-    @staticmethod
-    def of(call: _Call, got: bytes) -> _Repeat | None:
-        """The repeat of a host gather call that just ran (``got``: its message's bytes), or None.
-
-        None when later calls could not use one: see the class.
-        """
-        kja, lay, arrived, mine = call.kja, call.a2a._layout, call.arrived, call.sent.c32
-        w, theirs = kja._weights, arrived.c32
-        if (
-            not call.recv.inline
-            or mine is None
-            or theirs is None
-            or call.send.value_bytes != kja._values.itemsize
-            or (w is not None and w.ndim != 1)
-        ):
-            return None
-        index = arrived.index(lay)  # kept by the Arrived up to _INDEX_MAX values
-        if index is not None and arrived._index is None:
-            return None
-        return _Repeat(call, got, (mine, theirs), index)
-
-    def start(self, a2a: KJTAllToAll, kja: KeyedJaggedArray) -> KJTAllToAllAwaitable:
-        """Move ``kja``'s values and weights and return the finished output (see the class)."""
-        comm, (_, vt, wt) = a2a.group.internal, self.types
-        vals, w = send_view(kja._values), kja._weights
-        recv_v = np.empty(self.shape, dtype=vals.dtype)
-        if cmpi.alltoallv(vals, *self.mine, recv_v, *self.theirs, vt, comm) is NotImplemented:
-            comm.Alltoallv([vals, self.sends, vt], [recv_v, self.recvs, vt])
-        recv_w = None
-        if w is not None:
-            w = send_view(w)
-            recv_w = np.empty(self.shape[0], dtype=w.dtype)
-            if cmpi.alltoallv(w, *self.mine, recv_w, *self.theirs, wt, comm) is NotImplemented:
-                comm.Alltoallv([w, self.sends, wt], [recv_w, self.recvs, wt])
-        if self.index is not None:
-            recv_v = recv_v[self.index]
-            recv_w = None if recv_w is None else recv_w[self.index]
-        out = KeyedJaggedArray._trusted(
-            kja._keys[self.keys], recv_v, self.lengths.copy(), recv_w, self.stride, self.table
-        )
-        return KJTAllToAllAwaitable(None, [out])
+    kja, lay, arrived, mine = call.kja, call.a2a._layout, call.arrived, call.sent.c32
+    w, theirs = kja._weights, arrived.c32
+    if (
+        not call.recv.inline
+        or mine is None
+        or theirs is None
+        or call.send.value_bytes != kja._values.itemsize
+        or (w is not None and w.ndim != 1)
+    ):
+        return None
+    index = arrived.index(lay)  # kept by the Arrived up to _INDEX_MAX values
+    if index is not None and arrived._index is None:
+        return None
+    return Repeat(
+        got,
+        call.got,
+        (mine, theirs),
+        index,
+        _inline_lengths(call),
+        call,
+        (arrived.total, *kja._values.shape[1:]),
+    )
 
 
 def _inline_lengths(call: _Call) -> np.ndarray:

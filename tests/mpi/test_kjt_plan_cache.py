@@ -18,8 +18,10 @@ from mpi4py import MPI
 from unit.test_jagged_reference import RankInput, check_output, reference_all_to_all
 
 import mpicomm
+from mpicomm.core import cmpi
 from mpicomm.jagged import KeyedJaggedArray, KJTAllToAll
-from mpicomm.jagged.kjt import _Placement, _Repeat
+from mpicomm.jagged.hot import Repeat
+from mpicomm.jagged.kjt import _Placement
 from mpicomm.jagged.wire import _fingerprint
 
 
@@ -250,7 +252,7 @@ def test_forged_inline_lengths_are_refused(world: mpicomm.ProcessGroup, forged: 
 
 def _repeats(a2a: KJTAllToAll) -> int:
     """Sent entries holding a repeat (a message checked once, served again without the lookups)."""
-    return sum(isinstance(s.hot, _Repeat) for p in a2a._send.values() for s in p.sent.values())
+    return sum(isinstance(s.hot, Repeat) for p in a2a._send.values() for s in p.sent.values())
 
 
 def _shifted(inputs: list[RankInput], i: int) -> list[RankInput]:
@@ -260,9 +262,16 @@ def _shifted(inputs: list[RankInput], i: int) -> list[RankInput]:
 
 @pytest.mark.parametrize("weighted", [False, True])
 def test_a_repeated_message_moves_each_calls_values_and_gives_fresh_arrays(
-    world: mpicomm.ProcessGroup, placement: str, weighted: bool
+    world: mpicomm.ProcessGroup, placement: str, weighted: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     w, r = world.size(), world.rank()
+    answers: list[Any] = []  # what the C call of a repeat answered (True: done, False: another message)
+
+    def counted(*args: Any, c: Any = cmpi.kjt_repeat) -> Any:
+        answers.append(c(*args))
+        return answers[-1]
+
+    monkeypatch.setattr(cmpi, "kjt_repeat", counted)
     splits, keys = [2] * w, [f"k{i}" for i in range(2 * w)]
     a2a = KJTAllToAll(splits)
     first = everyone(w, 41, [2 + (s % 3) for s in range(w)], keys=keys, weighted=weighted)
@@ -273,6 +282,9 @@ def test_a_repeated_message_moves_each_calls_values_and_gives_fresh_arrays(
         outs.append(got)
     if w > 1:  # the third call on took the repeat on the gather path, never on the placed one
         assert _repeats(a2a) == (1 if placement == "gather" else 0)
+        # one C call each without weights (NotImplemented without the C module), none with them
+        fused, c = placement == "gather" and not weighted, cmpi.bound() is None
+        assert answers == ([] if not fused else [True, True] if c else [NotImplemented] * 2)
     outs[2].lengths()[:] = 7  # each call's output owns its arrays
     outs[2].values()[:] = 7
     check_output(outs[3], reference_all_to_all(_shifted(first, 3), splits)[r])
@@ -281,3 +293,5 @@ def test_a_repeated_message_moves_each_calls_values_and_gives_fresh_arrays(
     for _ in range(3):
         run(a2a, changed, splits, r)
     run(a2a, first, splits, r)
+    if w > 1 and fused and c and r < w - 1:  # the same message sent, another received: the general path
+        assert answers[2] is False
