@@ -197,23 +197,34 @@ def _check_sides(fn: str, arguments: dict[str, Any], roles: dict[str, str]) -> i
 def _roles_here(fn: str, arguments: dict[str, Any], roles: dict[str, str]) -> dict[str, str | None]:
     """The roles on this rank: none outside the group, the root's or the others' in rooted calls.
 
-    Where the group or the root is not valid the declared roles stay (the host code raises).
+    Where the group or the root is not valid the declared roles stay (the host code raises). The
+    answer for a member is kept per call and side (the caller only reads it).
     """
-    here: dict[str, str | None] = dict(roles)
+    rooted = _ROOTED.get(fn)
+    mine = False
     try:
         g = resolve(arguments.get("group"), fn)
         if g.comm is None:
             return dict.fromkeys(roles)
-        rooted = _ROOTED.get(fn)
         if rooted is not None:
-            arg, local, per = rooted
+            arg, local, _ = rooted
             mine = root_rank(g, arguments.get(arg), arguments.get(local), fn, arg) == g.rank()
-            here.update({name: pair[0] if mine else pair[1] for name, pair in per.items()})
     except Exception:
-        return here
+        return dict(roles)
+    kept = _HERE.get((fn, mine))
+    if kept is not None and kept[0] is roles:
+        return kept[1]
+    here: dict[str, str | None] = dict(roles)
+    if rooted is not None:
+        here.update({name: pair[0] if mine else pair[1] for name, pair in rooted[2].items()})
     if fn in _PARTIAL:
         here = {a: BOTH if r == WRITE else r for a, r in here.items()}
+    _HERE[fn, mine] = (roles, here)  # holds roles: no other dict can take its id while kept
     return here
+
+
+#: (call, this rank is the root) -> (the declared roles, the roles here), made once.
+_HERE: dict[tuple[str, bool], tuple[dict[str, str], dict[str, str | None]]] = {}
 
 
 def _on_device(res: Any) -> Any:

@@ -12,8 +12,10 @@ copies, events and MPI call written by hand (:func:`hand_written`: record the ca
 copy stream waits, ``memcpyAsync`` down, synchronise, the MPI call on the pinned buffer, the upload
 stream waits, ``memcpyAsync`` up, synchronise), through the same cupy. It needs no GPU: on the
 numpy-backed fake cupy (``PYTHONPATH=tests/fakecupy``) the copies and events cost little, so the
-difference is mpicomm's bookkeeping. A foreign device object (``__cuda_array_interface__`` only) and,
-where torch sees a GPU, a torch CUDA tensor are timed too. Goal (issue 35): at most 1.3x the
+difference is mpicomm's bookkeeping; there the report also counts the CUDA runtime calls one call of
+each contender makes (each costs microseconds on a GPU; the fake does not count the destruction of
+the hand-written sequence's event). A foreign device object (``__cuda_array_interface__`` only)
+and, where torch sees a GPU, a torch CUDA tensor are timed too. Goal (issue 35): at most 1.3x the
 hand-written sequence at 4 KiB on 1 rank, and a torch CUDA tensor at most 5 us over cupy.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -231,15 +234,27 @@ def cost_report(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[st
     comm: Any = mpicomm.init().comm
     before = dict(front.PATHS)
     rows = []
+    fake = bool(getattr(cp, "IS_FAKE", False))
     for op in ("all_reduce", "broadcast"):
         for size in COST_SIZES:
-            times = _medians(ctl, _cost_calls(cp, comm, op, size // 4, e.rank), args)
-            rows.append({"op": op, "size": size, "times": times})
+            calls = _cost_calls(cp, comm, op, size // 4, e.rank)
+            times = _medians(ctl, calls, args)
+            rows.append({"op": op, "size": size, "times": times, "cuda": _cuda_calls(calls) if fake else {}})
     staged = sum(v for (fn, path), v in front.PATHS.items() if path == "staged") - sum(
         v for (fn, path), v in before.items() if path == "staged"
     )
-    fake = bool(getattr(cp, "IS_FAKE", False))
     return {"check": staged > 0, "ranks": e.n, "fake": fake, "rows": rows}
+
+
+def _cuda_calls(calls: dict[str, Callable[[], object]]) -> dict[str, dict[str, int]]:
+    """The CUDA runtime calls one (warm) call of each contender makes, by name: the fake cupy counts them."""
+    tools = sys.modules["cupy._fake"]  # the fake's own controls (no such module in cupy)
+    out = {}
+    for name, call in calls.items():
+        with tools.counting() as made:
+            call()
+        out[name] = dict(made)
+    return out
 
 
 def cost_lines(res: dict[str, Any]) -> str:
@@ -270,6 +285,13 @@ def cost_lines(res: dict[str, Any]) -> str:
                 extra = t["mpicomm torch"] - t["mpicomm cupy"]
                 ok = "reached" if extra <= TORCH_EXTRA else "NOT reached"
                 verdicts.append(f"{ok:<13} {r['op']} 4 KiB torch CUDA <= cupy + 5 us ({extra * 1e6:+.1f} us)")
+    for r in res["rows"]:
+        if r.get("cuda") and r["size"] == COST_SIZES[0]:
+            made = {k: sum(v.values()) for k, v in r["cuda"].items() if k != "mpicomm numpy"}
+            verdicts.append(
+                f"CUDA calls in one {r['op']} of 4 KiB (the fake's count): "
+                + ", ".join(f"{k.removeprefix('mpicomm ')} {v}" for k, v in made.items())
+            )
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     where = "the fake cupy (CPU emulation, not a GPU measurement)" if res["fake"] else "cupy on a GPU"
     return "\n".join(
