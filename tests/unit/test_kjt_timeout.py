@@ -1,0 +1,48 @@
+"""KJTAllToAll's repeat (one C call) honours the group's timeout: a rank that never arrives ends the job.
+
+A repeated call waits inside C (``cmpi.kjt_repeat``: the counts ``MPI_Alltoall`` with the GIL
+released); the watchdog must still end the job with its message naming the call. Each scenario
+runs in its own ``mpiexec`` under plain ``python`` (see tests/unit/test_timeouts.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from mpijobs import needs_mpiexec, run_job
+
+pytestmark = needs_mpiexec
+
+NEVER_ARRIVES = """
+    import time
+    import numpy as np
+    import mpicomm as dist
+    from mpicomm.core import cmpi
+    from mpicomm.jagged.hot import Repeat
+
+    dist.init_process_group("gloo", timeout=1)
+    w, r = dist.get_world_size(), dist.get_rank()
+    keys = [f"k{{i}}" for i in range(2 * w)]
+    kja = dist.KeyedJaggedArray(keys, np.full(4 * w, float(r)), lengths=np.ones(4 * w, np.int64))
+    a2a = dist.KJTAllToAll([2] * w)
+    for _ in range(3):  # the second call makes the repeat; the third takes it
+        a2a(kja).wait()
+    hot = [s.hot for p in a2a._send.values() for s in p.sent.values()]
+    print(f"rank {{r}} C: {{cmpi.bound() is None}} repeat: {{isinstance(hot[0], Repeat)}}", flush=True)
+    if r != w - 1:  # the last rank never arrives
+        a2a(kja).wait()
+        print(f"rank {{r}} went on", flush=True)
+    else:
+        time.sleep(50)
+        print("the last rank slept to the end", flush=True)
+"""
+
+
+@pytest.mark.parametrize("c_calls", ["1", "0"])
+def test_a_rank_that_never_arrives_in_a_repeated_kjt_all_to_all_ends_the_job(tmp_path, c_calls):
+    status, out, seconds = run_job(tmp_path, NEVER_ARRIVES.format(), 2, {"MPICOMM_C": c_calls})
+    assert status != 0, out
+    assert f"rank 0 C: {c_calls == '1'} repeat: True" in out, out  # the path the test means to time out
+    assert "went on" not in out and "slept to the end" not in out, out
+    assert "mpicomm watchdog: KJTAllToAll on group world" in out, out
+    assert "past its bound (the timeout group world was made with, 1 s)" in out, out
+    assert seconds < 30, f"took {seconds:.1f} s"
