@@ -18,12 +18,36 @@ from . import validation
 from .buffers import _DATATYPES
 from .groups import ProcessGroup, _State
 
-__all__ = ["TAG_UB_MIN", "apart", "dt_in", "dt_out", "peer", "world"]
+__all__ = ["TAG_UB_MIN", "WORLD", "apart", "comm_of", "dt_in", "dt_out", "peer", "world"]
 
 #: MPI guarantees tags up to 32767 on every implementation (``MPI_TAG_UB`` is at least that).
 TAG_UB_MIN = 32767
 
 _Flag = validation._Flag
+
+#: The world group, its communicator and its size, as the small calls' fast paths read them:
+#: ``WORLD[1]`` where ``_State.world is WORLD[0]``, else :func:`comm_of`. A ProcessGroup's
+#: attribute reads pass through :class:`mpicomm.core.late.LateMethods`'s ``__getattr__`` hook,
+#: which Python 3.11 cannot specialise (about 300 instructions a read, a tenth of an 8-byte
+#: all_reduce's own cost); an item of this list costs a few. Before the first call
+#: ``WORLD[0]`` is a placeholder that no ``_State.world`` (a group or None) is; a new world (init
+#: after ``destroy_process_group``) is a new group: the identity test never serves a freed one.
+WORLD: list[Any] = [object(), None, -1]
+
+
+def comm_of(g: ProcessGroup) -> Any:
+    """``g``'s communicator (None off the group); the world's parts are kept in :data:`WORLD`.
+
+    Example:
+        >>> import mpicomm
+        >>> w = mpicomm.init()
+        >>> comm_of(w) is w.comm and WORLD[0] is w and WORLD[2] == w.size()
+        True
+    """
+    comm = g.comm
+    if g is _State.world:
+        WORLD[:] = [g, comm, g._size]  # one assignment: a reader on another thread sees all or nothing
+    return comm
 
 
 def world(group: ProcessGroup | None, async_op: bool) -> ProcessGroup | None:

@@ -60,6 +60,8 @@ __all__ = [
 _SUM = ReduceOp.SUM
 _Flag = validation._Flag
 _ND = np.ndarray
+_WORLD = fast.WORLD
+_datatype_of = _DATATYPES.get  # bound once: a call of it costs less than a method lookup and call
 
 
 def _post_average(op: ReduceOp, x: np.ndarray, size: int) -> Callable[[], None] | None:
@@ -106,13 +108,16 @@ def all_reduce(
         >>> bool((x == mpicomm.get_world_size()).all())
         True
     """
-    g = _State.world if group is None else resolve(group, "all_reduce")
-    if g is None:
-        g = resolve(None, "all_reduce")
-    comm = g.comm
-    if comm is None:
-        warn_non_member(g, "all_reduce")
-        return None
+    w = _WORLD
+    g: ProcessGroup
+    if group is None and _State.world is w[0]:  # the world, its parts kept (fast.WORLD)
+        g, comm = w[0], w[1]  # type: ignore[assignment]  # WORLD[0] is a group once it is the world
+    else:
+        g = resolve(group, "all_reduce")
+        comm = fast.comm_of(g)
+        if comm is None:
+            warn_non_member(g, "all_reduce")
+            return None
     # Fast path (an 8-byte all_reduce costs about 1 us in MPI, so every check here counts): a
     # cached (datatype, op) pair for a numpy array and a plain MPI op; everything else goes through
     # _all_reduce_checked. cmpi checks the layout and serves a blocking call; mpi4py refuses a
@@ -298,25 +303,21 @@ def broadcast(
         >>> x.tolist()
         [0.0, 1.0, 2.0]
     """
-    fn = "broadcast"
     # the common call: its checks inline, the buffer's in cmpi (a function call costs 50 ns here);
     # async_op never changes the MPI call (ranks may differ in it): a Work asked for is complete
-    if group is None and group_src is None and type(tensor) is _ND and not _Flag.on:
-        w = _State.world
-        dt = _DATATYPES.get(tensor.dtype)
-        if (
-            dt is not None
-            and w is not None
-            and (src is None or (type(src) is int and 0 <= src < w._size))
-            and tensor.nbytes <= _Chunks.least
-        ):
-            if cmpi.bcast(tensor, dt, src or 0, w.comm) is None:
+    w = _WORLD
+    if group is None and group_src is None and type(tensor) is _ND and _State.world is w[0] and not _Flag.on:
+        dt = _datatype_of(tensor.dtype)
+        root = 0 if src is None else src if type(src) is int and 0 <= src < w[2] else -1
+        if dt is not None and root >= 0 and tensor.nbytes <= _Chunks.least:
+            if cmpi.bcast(tensor, dt, root, w[1]) is None:
                 return None if async_op is False else completed([tensor])
             if fast.dt_out(tensor) is not None:
-                w.comm.Bcast([tensor, dt], src or 0)
+                w[1].Bcast([tensor, dt], root)
                 return None if async_op is False else completed([tensor])
+    fn = "broadcast"
     g = resolve(group, fn)
-    if g.comm is None:
+    if fast.comm_of(g) is None:  # the world's parts kept for the next call
         warn_non_member(g, fn)
         return None
     check_output(tensor, fn, "tensor")

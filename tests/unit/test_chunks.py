@@ -44,3 +44,24 @@ def test_an_invalid_setting_raises_at_the_first_call_that_could_chunk(restore: p
     assert chunks.reload() == -1 and chunks.Setting.least == -1
     with pytest.raises(ArgumentError, match="MPICOMM_STAGING_CHUNK"):
         chunks.step(8, 8)
+
+
+@pytest.mark.parametrize("chunk", ["1", "100", "4K", "4M", "lots"])
+def test_an_array_of_at_most_few_elements_is_never_chunked(restore: pytest.MonkeyPatch, chunk: str) -> None:
+    """all_reduce tests ``size <= Setting.few`` before ``nbytes``: true only where nbytes is in the bound."""
+    import numpy as np
+
+    from mpicomm import ReduceOp
+
+    restore.setenv(chunks.CHUNK_ENV_VAR, chunk)
+    chunks.reload()
+    s = chunks.Setting
+    assert s.few * chunks.WIDEST <= s.least if s.few >= 0 else s.least < chunks.WIDEST  # -1: nbytes decides
+    # every dtype a reduction takes is at most WIDEST bytes an element
+    for code in np.typecodes["All"]:
+        dtype = np.dtype(code)
+        try:
+            ReduceOp.SUM.check(dtype, "all_reduce")
+        except Exception:
+            continue
+        assert dtype.itemsize <= chunks.WIDEST, dtype
