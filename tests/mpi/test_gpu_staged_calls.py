@@ -200,3 +200,40 @@ def test_a_strided_torch_cuda_tensor_keeps_the_elements_between(cp: Any, on_cuda
     mpicomm.all_reduce(t)
     np.testing.assert_array_equal(memory[::2], x.sum(axis=0))
     np.testing.assert_array_equal(memory[1::2], -1.0)
+
+
+def test_a_kept_view_is_used_again_and_still_waits_for_torchs_stream(
+    cp: Any, on_cuda: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r, n = world()
+    x = inputs(n, 50)
+    t, memory = _tensor(on_cuda, x[r])
+    view = kinds.torch_view(t, "all_reduce", "tensor", True)
+    assert kinds.torch_view(t, "all_reduce", "tensor", True) is view  # kept: four facts checked
+    side = cp.cuda.Stream(non_blocking=True)
+    monkeypatch.setattr(kinds, "_RAW_STREAM", [lambda device: side.ptr])
+    side.launch(lambda: np.copyto(memory, 2 * x[r]))  # torch's kernel, queued after the view was made
+    mpicomm.all_reduce(t)
+    cp._fake.drain()
+    np.testing.assert_array_equal(memory, 2 * x.sum(axis=0))
+
+
+def test_a_tensor_whose_memory_changed_gets_a_new_view_and_a_dead_one_is_forgotten(
+    cp: Any, on_cuda: Any
+) -> None:
+    import gc
+    import weakref
+
+    import torch
+
+    t, _ = _tensor(on_cuda, np.zeros(8))
+    first = kinds.torch_view(t, "all_reduce", "tensor", True)
+    t.set_(torch.zeros(16, dtype=torch.float64))  # new memory: the kept view no longer describes it
+    second = kinds.torch_view(t, "all_reduce", "tensor", True)
+    assert second is not first and second.shape == (16,)
+    alive = weakref.ref(t)
+    key = id(t)
+    del t, first, second
+    gc.collect()
+    assert alive() is None, "the kept view held the tensor"
+    assert key not in kinds._CUDA_VIEWS

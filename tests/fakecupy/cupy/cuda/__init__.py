@@ -300,8 +300,8 @@ class UnownedMemory(_memory.Memory):
         if device_id < 0:
             facts = runtime.pointerGetAttributes(ptr)
             device_id = facts.device if facts.type == runtime.memoryTypeDevice else _state.device
-        if size:
-            super().__init__(size, device_id, keep=owner, ptr=ptr)
+        if size:  # keep=None would allocate: an owner of None keeps nothing
+            super().__init__(size, device_id, keep=() if owner is None else owner, ptr=ptr)
         else:  # nothing to point at: a private empty allocation
             super().__init__(0, device_id)
         self.owner = owner
