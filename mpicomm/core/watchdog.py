@@ -107,7 +107,8 @@ _Threads = _ThreadState()
 def serial() -> int:
     """The next token's serial number; below ``MPI_THREAD_MULTIPLE``, only for the owning thread.
 
-    Every call that can block takes its token's number here before any MPI call, so this is where
+    Every call that can block takes its token's number here before any MPI call (the front door's
+    generated wrappers make the same test inline, :data:`_live`), so this is where
     mpicomm makes sure that two threads never enter MPI at once when MPI runs at a level below
     ``MPI_THREAD_MULTIPLE`` (mpicomm's default is ``serialized``, :mod:`mpicomm._mpi`): a call from
     a thread other than the one that ran :func:`mpicomm.init` is refused, before it reaches MPI,
