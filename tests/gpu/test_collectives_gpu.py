@@ -127,6 +127,44 @@ def test_the_call_waits_for_work_queued_on_the_current_stream(where: str) -> Non
     np.testing.assert_array_equal(got, np.full(4096, n * (n + 1) / 2))
 
 
+class _Interfaced:
+    """Another library's device array: a version-3 ``__cuda_array_interface__`` naming its stream."""
+
+    def __init__(self, d, stream) -> None:
+        self.d, self.stream = d, stream
+
+    @property
+    def __cuda_array_interface__(self):
+        face = dict(self.d.__cuda_array_interface__)
+        face.update(version=3, stream=self.stream.ptr)
+        return face
+
+
+@pytest.mark.parametrize("fn", ["all_reduce", "broadcast"])
+def test_an_interface_object_written_on_its_producers_stream_is_read_after_that_work(fn: str) -> None:
+    """A kernel on the producer's stream (not the current one) still writes the array for ~50 ms.
+
+    mpicomm makes the current stream wait for the named stream on the device (issue 35: where
+    ``cupy.asarray`` synchronised it from the host), so the call reads, and writes, after the kernel.
+    """
+    r, n = world()
+    c = cp()
+    kernel = c.RawKernel(SPIN, "spin_then_fill")
+    producer = c.cuda.Stream(non_blocking=True)
+    x = c.zeros(4096)
+    c.cuda.Device().synchronize()
+    with producer:
+        kernel((1,), (256,), (x, np.float64(r + 1), np.int64(10**8), np.int32(x.size)))
+    if fn == "all_reduce":
+        mpicomm.all_reduce(_Interfaced(x, producer))
+        want = np.full(4096, n * (n + 1) / 2)
+    else:
+        mpicomm.broadcast(_Interfaced(x, producer), src=n - 1)
+        want = np.full(4096, float(n))
+    c.cuda.Device().synchronize()
+    np.testing.assert_array_equal(x.get(), want)
+
+
 @pytest.mark.parametrize("fn", ["all_reduce", "broadcast"])
 def test_a_torch_tensor_written_on_torchs_side_stream_is_read_after_that_work(fn: str) -> None:
     """Inside ``with torch.cuda.stream(side):`` the input is written after ~50 ms of spinning on ``side``.
