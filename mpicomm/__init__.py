@@ -134,7 +134,26 @@ def _attach_torch_methods() -> None:
     importlib.import_module("mpicomm.c10d.pg_methods")
 
 
-_late.LOADERS.append(_attach_torch_methods)
+#: The names :mod:`mpicomm.c10d.pg_methods` attaches (tests/unit/test_late_methods.py checks the two agree).
+_TORCH_GROUP_METHODS = (
+    "allreduce",
+    "broadcast",
+    "allgather",
+    "reduce_scatter",
+    "alltoall_base",
+    "barrier",
+    "monitored_barrier",
+    "send",
+    "recv",
+    "reduce",
+    "gather",
+    "scatter",
+    "allreduce_coalesced",
+    "alltoall",
+    "_allgather_base",
+    "_reduce_scatter_base",
+)
+_late.later(_TORCH_GROUP_METHODS, _attach_torch_methods)
 
 
 def __getattr__(name: str) -> Any:

@@ -27,9 +27,8 @@ _Flag = validation._Flag
 
 #: The world group, its communicator and its size, as the small calls' fast paths read them:
 #: ``WORLD[1]`` where ``_State.world is WORLD[0]``, else :func:`comm_of`. A ProcessGroup's
-#: attribute reads pass through :class:`mpicomm.core.late.LateMethods`'s ``__getattr__`` hook,
-#: which Python 3.11 cannot specialise (about 300 instructions a read, a tenth of an 8-byte
-#: all_reduce's own cost); an item of this list costs a few. Before the first call
+#: attribute read is a lookup by name (cheap since core.late has no ``__getattr__`` hook, which
+#: cost ~300 instructions a read on 3.11); an item of this list is cheaper still. Before the first call
 #: ``WORLD[0]`` is a placeholder that no ``_State.world`` (a group or None) is; a new world (init
 #: after ``destroy_process_group``) is a new group: the identity test never serves a freed one.
 WORLD: list[Any] = [object(), None, -1]
