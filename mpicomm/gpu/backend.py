@@ -302,9 +302,8 @@ class CupyBackend:
         return span_of(int(x.data.ptr), x.shape, x.strides, x.itemsize)
 
 
-def _address(host: np.ndarray) -> int:
-    """The address of a host array's first byte: kept for the staging buffers lent now, else read."""
-    return lent_address(host)
+#: The address of a host array's first byte: kept for the staging buffers lent now, else read.
+_address = lent_address
 
 
 def _device_of_tensor(x: Any) -> Any:
