@@ -1,7 +1,8 @@
 """The staged-cost report counts the CUDA calls of one call of each contender on the fake cupy (issue 35).
 
-A small staged call makes fewer CUDA calls than the same copies written by hand with an event and two
-copy streams: each costs microseconds on a GPU, as much as the call's own Python.
+A small staged call makes no more CUDA calls than the same copies written by hand on the caller's
+stream (copy, synchronise, MPI, copy, synchronise): each costs microseconds on a GPU, as much as the
+call's own Python.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def cp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield from fakecupy.fixture()
 
 
-def test_the_report_counts_fewer_cuda_calls_for_mpicomm_than_by_hand(cp: Any) -> None:
+def test_the_report_counts_as_many_cuda_calls_for_mpicomm_as_by_hand(cp: Any) -> None:
     world = mpicomm.init()
     ctl = world.comm.Dup()
     try:
@@ -43,10 +44,9 @@ def test_the_report_counts_fewer_cuda_calls_for_mpicomm_than_by_hand(cp: Any) ->
         "streamSynchronize": 2,
         "pointerGetAttributes": 1,
     }
-    hand = first["all_reduce"]["hand-written"]
-    assert hand["eventCreate"] == 1 and sum(hand.values()) == 8
+    assert first["all_reduce"]["hand-written"] == {"memcpyAsync": 2, "streamSynchronize": 2}
     assert first["all_reduce"]["mpicomm numpy"] == {}
     assert (
-        "CUDA calls in one all_reduce of 4 KiB (the fake's count): cupy 4, hand-written 8"
+        "CUDA calls in one all_reduce of 4 KiB (the fake's count): cupy 4, hand-written 4"
         in gpu.cost_lines(res)
     )

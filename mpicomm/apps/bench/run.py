@@ -150,7 +150,7 @@ REPORTS = {
     "objects": "object collectives vs comm.bcast / pkl5 (mpicomm.apps.bench.objects)",
     "planner": "GreedyPerfPartitioner: 10,000 options (100,000 shards) on 4,096 ranks, on rank 0",
     "gpu": "cupy collectives vs raw mpi4py and the pinned-copy bound (needs a GPU; --device cuda)",
-    "gpu_cost": "a small staged call vs its copies, events and MPI call by hand (cupy, or the fake cupy)",
+    "gpu_cost": "a small staged call vs its copies and MPI call by hand (cupy, or the fake cupy)",
     "torch_cost": "what a torch CPU tensor adds to a 1 MiB call, caches warm and cold (rank 0, needs torch)",
     "torch_backend": "dist.all_reduce on backend mpicomm vs gloo vs mpicomm direct; DDP steps (needs torch)",
 }
