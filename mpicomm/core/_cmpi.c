@@ -143,17 +143,6 @@ static PyObject *reduce_scatter_block(PyObject *self, PyObject *const *a, Py_ssi
     return done(&b, ierr);
 }
 
-/* Whether counts/displacements (int32 arrays of the group size) stay inside a buffer of n elements. */
-static int inside(const Py_buffer *counts, const Py_buffer *displs, int size, Py_ssize_t n) {
-    if (counts->len != (Py_ssize_t)sizeof(int) * size || displs->len != (Py_ssize_t)sizeof(int) * size ||
-        counts->itemsize != (Py_ssize_t)sizeof(int) || displs->itemsize != (Py_ssize_t)sizeof(int))
-        return 0;
-    const int *c = counts->buf, *d = displs->buf;
-    for (int i = 0; i < size; i++)
-        if (c[i] < 0 || d[i] < 0 || (Py_ssize_t)d[i] + c[i] > n) return 0;
-    return 1;
-}
-
 /* alltoallv(send, scounts, sdispls, recv, rcounts, rdispls, datatype, comm); counts are int32 arrays. */
 static PyObject *alltoallv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     ARGS(8);
@@ -164,8 +153,8 @@ static PyObject *alltoallv(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (!two(&b, a[0], a[3]) || !get(&b, a[1], 0) || !get(&b, a[2], 0) || !get(&b, a[4], 0) || !get(&b, a[5], 0))
         return cannot(&b);
     /* b.v: send, recv, scounts, sdispls, rcounts, rdispls */
-    if (comm_size(comm, &size) ||
-        !inside(&b.v[2], &b.v[3], size, elements(&b.v[0])) || !inside(&b.v[4], &b.v[5], size, elements(&b.v[1])))
+    if (comm_size(comm, &size) || !counts_inside(&b.v[2], &b.v[3], size, elements(&b.v[0])) ||
+        !counts_inside(&b.v[4], &b.v[5], size, elements(&b.v[1])))
         return cannot(&b);
     const void *s = b.v[0].buf;
     void *r = b.v[1].buf;

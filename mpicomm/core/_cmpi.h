@@ -110,6 +110,17 @@ static inline int two(Bufs *b, PyObject *send, PyObject *recv) {
 
 static inline Py_ssize_t elements(const Py_buffer *v) { return v->itemsize > 0 ? v->len / v->itemsize : -1; }
 
+/* Whether counts/displacements (int32 arrays of the group size) stay inside a buffer of n elements. */
+static inline int counts_inside(const Py_buffer *counts, const Py_buffer *displs, int size, Py_ssize_t n) {
+    if (counts->len != (Py_ssize_t)sizeof(int) * size || displs->len != (Py_ssize_t)sizeof(int) * size ||
+        counts->itemsize != (Py_ssize_t)sizeof(int) || displs->itemsize != (Py_ssize_t)sizeof(int))
+        return 0;
+    const int *c = counts->buf, *d = displs->buf;
+    for (int i = 0; i < size; i++)
+        if (c[i] < 0 || d[i] < 0 || (Py_ssize_t)d[i] + c[i] > n) return 0;
+    return 1;
+}
+
 static inline int comm_size(H comm, int *size) {
     return S.int_handles ? ((int (*)(HI_T, int *))S.fn[F_COMM_SIZE])(HI(comm), size)
                        : ((int (*)(HP_T, int *))S.fn[F_COMM_SIZE])(HP(comm), size);

@@ -99,17 +99,6 @@ static PyObject *hand_over(PyObject *empty, const i64 *got, int n, PyObject *i64
     return out;
 }
 
-/* Whether int32 counts and displacements of the group size stay inside a buffer of n elements. */
-static int kjt_inside(const Py_buffer *counts, const Py_buffer *displs, int size, Py_ssize_t n) {
-    if (counts->len != (Py_ssize_t)sizeof(int) * size || displs->len != (Py_ssize_t)sizeof(int) * size ||
-        counts->itemsize != (Py_ssize_t)sizeof(int) || displs->itemsize != (Py_ssize_t)sizeof(int))
-        return 0;
-    const int *c = counts->buf, *d = displs->buf;
-    for (int i = 0; i < size; i++)
-        if (c[i] < 0 || d[i] < 0 || (Py_ssize_t)d[i] + c[i] > n) return 0;
-    return 1;
-}
-
 HIDDEN PyObject *cmpi_jagged(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     ARGS(9);
     Bufs b = {.n = 0};
@@ -334,7 +323,7 @@ HIDDEN PyObject *cmpi_kjt_repeat(PyObject *self, PyObject *const *a, Py_ssize_t 
         words % n != 0 || words / n > INT_MAX || !apart(hdr, got) || O->itemsize != isz || T->len != O->len ||
         T->itemsize != isz || !apart(V, T) || !apart(V, O) || (fused && !apart(T, O)) ||
         !apart(got, V) || !apart(got, T) ||
-        !kjt_inside(&c.v[0], &c.v[1], n, elements(V)) || !kjt_inside(&c.v[2], &c.v[3], n, elements(T)))
+        !counts_inside(&c.v[0], &c.v[1], n, elements(V)) || !counts_inside(&c.v[2], &c.v[3], n, elements(T)))
         goto cannot;
     const i64 *segs = NULL;
     Py_ssize_t nsegs = 0, total = elements(O);
