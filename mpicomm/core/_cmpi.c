@@ -143,6 +143,20 @@ static PyObject *reduce_scatter_block(PyObject *self, PyObject *const *a, Py_ssi
     return done(&b, ierr);
 }
 
+/* MPI_Alltoallv with the GIL released (the counts already checked); its MPI error code. */
+HIDDEN int call_alltoallv(const void *s, const int *sc, const int *sd, void *r, const int *rc, const int *rd, H dt,
+                          H comm) {
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS;
+#define CALL(C)                                                                                      \
+    ((int (*)(const void *, const int *, const int *, C##_T, void *, const int *, const int *, C##_T, \
+              C##_T))S.fn[F_ALLTOALLV])(s, sc, sd, C(dt), r, rc, rd, C(dt), C(comm))
+    ierr = S.int_handles ? CALL(HI) : CALL(HP);
+#undef CALL
+    Py_END_ALLOW_THREADS;
+    return ierr;
+}
+
 /* alltoallv(send, scounts, sdispls, recv, rcounts, rdispls, datatype, comm); counts are int32 arrays. */
 static PyObject *alltoallv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     ARGS(8);
@@ -159,15 +173,7 @@ static PyObject *alltoallv(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     const void *s = b.v[0].buf;
     void *r = b.v[1].buf;
     const int *sc = b.v[2].buf, *sd = b.v[3].buf, *rc = b.v[4].buf, *rd = b.v[5].buf;
-    int ierr;
-    Py_BEGIN_ALLOW_THREADS;
-#define CALL(C)                                                                                      \
-    ((int (*)(const void *, const int *, const int *, C##_T, void *, const int *, const int *, C##_T, \
-              C##_T))S.fn[F_ALLTOALLV])(s, sc, sd, C(dt), r, rc, rd, C(dt), C(comm))
-    ierr = S.int_handles ? CALL(HI) : CALL(HP);
-#undef CALL
-    Py_END_ALLOW_THREADS;
-    return done(&b, ierr);
+    return done(&b, call_alltoallv(s, sc, sd, r, rc, rd, dt, comm));
 }
 
 /* Strided views (a ghost column u[:, 0], a[:, ::2], a.T) in send, recv and sendrecv_checked: packed

@@ -158,5 +158,7 @@ HIDDEN PyObject *cmpi_exchange(PyObject *self, PyObject *const *a, Py_ssize_t na
 HIDDEN PyObject *cmpi_jagged(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
 HIDDEN PyObject *cmpi_kjt_repeat(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
 HIDDEN PyObject *cmpi_datatype_for(PyObject *datatypes, PyObject *dtype);
+HIDDEN int call_alltoallv(const void *s, const int *sc, const int *sd, void *r, const int *rc, const int *rd, H dt,
+                          H comm);
 
 #endif

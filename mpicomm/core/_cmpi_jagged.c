@@ -45,19 +45,6 @@ static int call_alltoall(const void *s, void *r, int count, H dt, H comm) {
     return ierr;
 }
 
-static int call_alltoallv(const void *s, const int *sc, const int *sd, void *r, const int *rc, const int *rd, H dt,
-                          H comm) {
-    int ierr;
-    Py_BEGIN_ALLOW_THREADS;
-#define CALL(C)                                                                                      \
-    ((int (*)(const void *, const int *, const int *, C##_T, void *, const int *, const int *, C##_T, \
-              C##_T))S.fn[F_ALLTOALLV])(s, sc, sd, C(dt), r, rc, rd, C(dt), C(comm))
-    ierr = S.int_handles ? CALL(HI) : CALL(HP);
-#undef CALL
-    Py_END_ALLOW_THREADS;
-    return ierr;
-}
-
 /* counts[i] * row as int32 counts with their displacements; 0 if any of them passes INT_MAX. */
 static int int_counts(const i64 *counts, Py_ssize_t stride, int n, i64 row, int *c, int *d) {
     i64 at = 0, k;

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -285,22 +284,8 @@ class _Plan:
 #: tensor can be served it under a reused id and no dead tensor's memory is held; at most 8 entries
 #: are kept. Any change of the tensor's memory or layout (``resize_``, ``set_``, ``transpose_``,
 #: ``.data =``, ``untyped_storage().resize_``) changes one of the five, and the view is made again.
-_VIEWS: dict[int, tuple[_Ref, np.ndarray, int, Any, Any, Any, int]] = {}
+_VIEWS: dict[int, tuple[Any, ...]] = {}
 _VIEW_ENTRIES = 8
-
-
-class _Ref(weakref.ref):  # type: ignore[type-arg]
-    """A weak reference to a cached tensor that knows its :data:`_VIEWS` key."""
-
-    __slots__ = ("key",)
-    key: int
-
-
-def _forget(ref: _Ref) -> None:
-    """The tensor of ``ref`` died: drop its entry (unless a newer one took the key)."""
-    entry = _VIEWS.get(ref.key)
-    if entry is not None and entry[0] is ref:
-        del _VIEWS[ref.key]
 
 
 def _cached_view(a: str) -> list[str]:
@@ -318,12 +303,8 @@ def _cached_view(a: str) -> list[str]:
 def _torch_numpy(t: Any) -> np.ndarray:
     """``t``'s numpy view by address (TypeError or RuntimeError where refused), kept in :data:`_VIEWS`."""
     view = kinds.cpu_view(t, keep=False)  # the entry holds the tensor weakly: so must the view
-    key = id(t)
-    if key not in _VIEWS and len(_VIEWS) >= _VIEW_ENTRIES:
-        _VIEWS.pop(next(iter(_VIEWS)), None)  # the oldest entry
-    ref = _Ref(t, _forget)
-    ref.key = key
-    _VIEWS[key] = (ref, view, t.data_ptr(), t.shape, t.stride(), t.dtype, t.untyped_storage().nbytes())
+    facts = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.untyped_storage().nbytes())
+    kinds.keep_view(_VIEWS, _VIEW_ENTRIES, t, view, *facts)
     return view
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "cpu_numpy",
     "cpu_view",
     "foreign_view",
+    "keep_view",
     "kind_of",
     "like",
     "torch_view",
@@ -302,12 +303,7 @@ def _cuda_view(t: Any, fn: str, arg: str) -> Any:
         view = over(ptr, tuple(shape), strides, dtype, device, None, _torch_stream(device))
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ArgumentTypeError(f"{fn}: {arg} is a torch CUDA tensor cupy cannot view: {exc}") from exc
-    key = id(t)
-    if key not in _CUDA_VIEWS and len(_CUDA_VIEWS) >= _CUDA_VIEW_ENTRIES:
-        _CUDA_VIEWS.pop(next(iter(_CUDA_VIEWS)), None)  # the oldest entry
-    ref = _TensorRef(t, _forget_cuda_view)
-    ref.key = key
-    _CUDA_VIEWS[key] = (ref, view, ptr, shape, stride, t.dtype, device)
+    keep_view(_CUDA_VIEWS, _CUDA_VIEW_ENTRIES, t, view, ptr, shape, stride, t.dtype, device)
     return view
 
 
@@ -317,21 +313,38 @@ def _cuda_view(t: Any, fn: str, arg: str) -> Any:
 #: tensor dies; any change of the tensor's memory or layout (``resize_``, ``set_``, ``.data =``)
 #: changes one of the facts and the view is made again. Only plain tensors come here (no conjugate
 #: or negation bit, strided, a dtype numpy has). At most 8 entries.
-_CUDA_VIEWS: dict[int, tuple[Any, Any, int, Any, Any, Any, int]] = {}
+_CUDA_VIEWS: dict[int, tuple[Any, ...]] = {}
 _CUDA_VIEW_ENTRIES = 8
 
 
 class _TensorRef(weakref.ref):  # type: ignore[type-arg]
-    """A weak reference to a tensor whose view is kept, that knows its :data:`_CUDA_VIEWS` key."""
+    """A weak reference to a tensor whose view a table keeps under the tensor's id."""
 
-    __slots__ = ("key",)
+    __slots__ = ("key", "table")
     key: int
+    table: dict[int, tuple[Any, ...]]
 
 
-def _forget_cuda_view(ref: _TensorRef) -> None:
-    entry = _CUDA_VIEWS.get(ref.key)
+def _forget(ref: _TensorRef) -> None:
+    """The tensor of ``ref`` died: drop its entry (unless a newer one took the key)."""
+    entry = ref.table.get(ref.key)
     if entry is not None and entry[0] is ref:
-        del _CUDA_VIEWS[ref.key]
+        del ref.table[ref.key]
+
+
+def keep_view(table: dict[int, tuple[Any, ...]], limit: int, t: Any, *facts: Any) -> None:
+    """Keep ``(a weak reference to t, *facts)`` in ``table`` under ``id(t)``, at most ``limit`` entries.
+
+    The oldest entry leaves for a new one past ``limit``; an entry leaves when its tensor dies, so no
+    other tensor is served it under a reused id and no dead tensor's memory is held. The front door's
+    CPU views (:mod:`mpicomm.front.door`) and the CUDA views here are kept this way.
+    """
+    key = id(t)
+    if key not in table and len(table) >= limit:
+        table.pop(next(iter(table)), None)  # the oldest entry
+    ref = _TensorRef(t, _forget)
+    ref.key, ref.table = key, table
+    table[key] = (ref, *facts)
 
 
 def _kept_cuda_view(t: Any) -> Any:
