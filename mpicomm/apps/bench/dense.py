@@ -26,10 +26,10 @@ def _all_reduce(e: Env, c: int, who: str, m: Buffers) -> Contender:
 def _reduce(e: Env, c: int, who: str, m: Buffers) -> Contender:
     x = m.take("x", c, partial(_data, c, e.rank))
     if who == "mpicomm":
-        return partial(mpicomm.reduce, x, dst=0), [x]
+        return partial(mpicomm.reduce, x, 0), [x]
     if e.rank == 0:
-        return partial(e.comm.Reduce, _mpi.MPI.IN_PLACE, x, root=0), [x]
-    return partial(e.comm.Reduce, x, None, root=0), [x]
+        return partial(e.comm.Reduce, _mpi.MPI.IN_PLACE, x, _mpi.MPI.SUM, 0), [x]
+    return partial(e.comm.Reduce, x, None, _mpi.MPI.SUM, 0), [x]
 
 
 def _root_data(e: Env, c: int, m: Buffers) -> np.ndarray:
@@ -39,8 +39,8 @@ def _root_data(e: Env, c: int, m: Buffers) -> np.ndarray:
 def _broadcast(e: Env, c: int, who: str, m: Buffers) -> Contender:
     x = _root_data(e, c, m)
     if who == "mpicomm":
-        return partial(mpicomm.broadcast, x, src=0), [x]
-    return partial(e.comm.Bcast, x, root=0), [x]
+        return partial(mpicomm.broadcast, x, 0), [x]
+    return partial(e.comm.Bcast, x, 0), [x]
 
 
 def _all_gather(e: Env, c: int, who: str, m: Buffers) -> Contender:
@@ -104,17 +104,17 @@ def _gather(e: Env, c: int, who: str, m: Buffers) -> Contender:
     x, root = m.take("x", c, partial(_data, c, e.rank)), e.rank == 0
     if who == "mpicomm":
         outs = [m.take(f"out{j}", c) for j in range(e.n)] if root else None
-        return partial(mpicomm.gather, x, outs, dst=0), outs or []
+        return partial(mpicomm.gather, x, outs, 0), outs or []
     out = m.take("out", e.n * c) if root else None
-    return partial(e.comm.Gather, x, out, root=0), [] if out is None else [out]
+    return partial(e.comm.Gather, x, out, 0), [] if out is None else [out]
 
 
 def _scatter(e: Env, c: int, who: str, m: Buffers) -> Contender:
     out, root = m.take("out", c), e.rank == 0
     if who == "mpicomm":
-        return partial(mpicomm.scatter, out, m.chunks(e, c) if root else None, src=0), [out]
+        return partial(mpicomm.scatter, out, m.chunks(e, c) if root else None, 0), [out]
     inp = m.joined(e, c) if root else None
-    return partial(e.comm.Scatter, inp, out, root=0), [out]
+    return partial(e.comm.Scatter, inp, out, 0), [out]
 
 
 def _barrier(e: Env, c: int, who: str, m: Buffers) -> Contender:
@@ -128,9 +128,9 @@ def _send_recv(e: Env, c: int, who: str, m: Buffers) -> Contender:
     send: Call
     recv: Call
     if who == "mpicomm":
-        send, recv = partial(mpicomm.send, x, dst=peer), partial(mpicomm.recv, x, src=peer)
+        send, recv = partial(mpicomm.send, x, peer), partial(mpicomm.recv, x, peer)
     else:
-        send, recv = partial(e.comm.Send, x, dest=peer), partial(e.comm.Recv, x, source=peer)
+        send, recv = partial(e.comm.Send, x, peer), partial(e.comm.Recv, x, peer)
     first, second = (send, recv) if e.rank == 0 else (recv, send)
 
     def trip() -> None:

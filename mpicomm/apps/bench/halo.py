@@ -33,7 +33,7 @@ def _sendrecv(e: Env, c: int, who: str, m: Buffers) -> Contender:
     y = m.take("y", c)
     right, left = _ring(e)
     if who == "mpicomm":
-        return partial(mpicomm.sendrecv, x, y, dst=right, src=left), [y]
+        return partial(mpicomm.sendrecv, x, y, right, left), [y]
     return partial(e.comm.Sendrecv, x, right, 0, y, left, 0), [y]
 
 
@@ -44,7 +44,7 @@ def _sendrecv_edge(e: Env, c: int, who: str, m: Buffers) -> Contender:
     right = e.rank + 1 if e.rank + 1 < e.n else None
     left = e.rank - 1 if e.rank > 0 else None
     if who == "mpicomm":
-        return partial(mpicomm.sendrecv, x, y, dst=right, src=left), [y]
+        return partial(mpicomm.sendrecv, x, y, right, left), [y]
     null = int(_null())
     to, frm = null if right is None else right, null if left is None else left
     return partial(e.comm.Sendrecv, x, to, 0, y, frm, 0), [y]
@@ -73,7 +73,7 @@ def _halo(e: Env, c: int, who: str, m: Buffers, column: bool) -> Contender:
     send, ghost = (u[:, 1], u[:, 0]) if column else (u[1], u[0])
     right, left = _ring(e)
     if who == "mpicomm":
-        return partial(mpicomm.sendrecv, send, ghost, dst=right, src=left), [u]
+        return partial(mpicomm.sendrecv, send, ghost, right, left), [u]
     comm = e.comm
 
     def packed() -> None:
