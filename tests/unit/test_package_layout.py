@@ -176,7 +176,7 @@ def test_the_public_array_calls_are_the_front_doors_and_none_is_defined_under_gp
         if not callable(obj):
             continue
         assert not str(getattr(obj, "__module__", "")).startswith("mpicomm.gpu"), name
-        target = inspect.unwrap(obj) if inspect.isfunction(obj) else obj
+        target = inspect.unwrap(obj)  # a front door (a function, or its C form) to the function it wraps
         source = inspect.getsourcefile(target) or ""
         assert "/mpicomm/gpu/" not in source.replace("\\", "/"), f"{name} is defined in {source}"
 

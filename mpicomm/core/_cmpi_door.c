@@ -1,0 +1,368 @@
+/* The front door's numpy fast path in C (see mpicomm/front/door.py): a callable that stands for a public call.
+ *
+ * Why: every public call that takes arrays goes through the front door, whose Python wrapper costs
+ * about 0.17 us a call (its frame, the watchdog's token, the thread check): as much as the MPI call
+ * at 8 bytes. A Door does the same for a call whose arrays are all numpy, in C, and hands every
+ * other call (torch, device arrays, a bad async_op, another thread's call, a missing argument) to
+ * that Python wrapper, whose behaviour it mirrors:
+ *
+ *   1. every array argument is a numpy array (its type exactly np.ndarray, or a type the kinds
+ *      table calls plain, or a list/tuple of numpy arrays), and async_op, where given, is a bool;
+ *   2. below MPI_THREAD_MULTIPLE, the calling thread is the one that started MPI;
+ *   3. the watchdog's token (thread ident, site, group, None) is on the live list while the host
+ *      implementation runs with the caller's own arguments;
+ *   4. an Exception the host raises goes to `failed(exc, before, args, kwnames)`, a Python function
+ *      that raises what the Python wrapper would (the validation exchange, CommunicationError).
+ *
+ * It is not a function object, so it carries a __dict__ (functools.update_wrapper fills __name__,
+ * __doc__, __wrapped__...) and is a non-data descriptor that returns itself, as builtin functions
+ * are: inspect.isroutine() holds, inspect.signature() follows __wrapped__ to the host's signature. */
+#include "_cmpi.h"
+
+#include <stddef.h>
+#include <structmember.h>
+
+#define DOOR_MAX_ARRAYS 8
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *host;     /* the host (numpy) implementation */
+    PyObject *fallback; /* the Python wrapper: every call this door does not serve */
+    PyObject *failed;   /* failed(exc, before, args, kwnames): raises the call's error */
+    PyObject *site;     /* the watchdog's site of this call */
+    PyObject *live;     /* the watchdog's list of live tokens */
+    PyObject *threads;  /* watchdog._Threads: .owner, the thread that started MPI, or None */
+    PyObject *state;    /* validation._Flag: .exchanges */
+    Py_ssize_t owner_at, exchanges_at; /* where those two slots are, in their objects */
+    PyObject *ndarray;  /* numpy.ndarray */
+    PyObject *kinds;    /* type -> kind, the front door's table */
+    PyObject *plain;    /* the kinds served as they are (a frozenset) */
+    PyObject *list_kind;
+    PyObject *names;    /* the parameters' names, in order (a tuple of str) */
+    PyObject *defaults; /* their defaults, `missing` for none (a tuple) */
+    PyObject *missing;
+    Py_ssize_t arrays[DOOR_MAX_ARRAYS];
+    int n_arrays;
+    Py_ssize_t flag, group; /* positions of async_op and group, -1 for none */
+} Door;
+
+/* The thread ident as a Python int, made once per thread that calls (most programs: one). */
+static unsigned long ident_of_obj;
+static PyObject *ident_obj;
+
+/* A slot of one of the state objects (borrowed; NULL when unset). */
+static inline PyObject *slot(PyObject *obj, Py_ssize_t at) { return *(PyObject **)((char *)obj + at); }
+
+/* The offset of the slot `desc` (a member descriptor of obj's type, an object slot). */
+static Py_ssize_t slot_offset(PyObject *desc, PyObject *obj) {
+    if (Py_TYPE(desc) != &PyMemberDescr_Type || PyDescr_TYPE(desc) != Py_TYPE(obj)) return -1;
+    PyMemberDef *m = ((PyMemberDescrObject *)desc)->d_member;
+    if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return -1;
+    return m->offset;
+}
+
+/* The value of parameter p in a vectorcall (borrowed), its default if not given, or NULL if
+ * neither (the call goes to the Python wrapper, which raises TypeError). */
+static PyObject *param(Door *d, Py_ssize_t p, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (p < nargs) return args[p];
+    if (kwnames != NULL) {
+        PyObject *name = PyTuple_GET_ITEM(d->names, p);
+        Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t j = 0; j < nkw; j++) {
+            PyObject *k = PyTuple_GET_ITEM(kwnames, j);
+            if (k == name) return args[nargs + j];
+        }
+        for (Py_ssize_t j = 0; j < nkw; j++) {
+            PyObject *k = PyTuple_GET_ITEM(kwnames, j);
+            int eq = PyUnicode_Compare(k, name);
+            if (eq == 0) return args[nargs + j];
+            if (eq == -1 && PyErr_Occurred()) PyErr_Clear();
+        }
+    }
+    PyObject *dflt = PyTuple_GET_ITEM(d->defaults, p);
+    return dflt == d->missing ? NULL : dflt;
+}
+
+/* Whether v is served here: a numpy array, a plain kind, or a list/tuple of numpy arrays. */
+static int numpy_like(Door *d, PyObject *v) {
+    PyObject *t = (PyObject *)Py_TYPE(v);
+    if (t == d->ndarray) return 1;
+    PyObject *k = PyDict_GetItemWithError(d->kinds, t); /* borrowed */
+    if (k == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int plain = PySet_Contains(d->plain, k);
+    if (plain < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (plain) return 1;
+    if (k != d->list_kind || !(PyList_CheckExact(v) || PyTuple_CheckExact(v))) return 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+    PyObject **items = PySequence_Fast_ITEMS(v);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((PyObject *)Py_TYPE(items[i]) != d->ndarray) return 0;
+    return 1;
+}
+
+static void drop_token(PyObject *live, PyObject *token) {
+    Py_ssize_t n = PyList_GET_SIZE(live);
+    if (n > 0 && PyList_GET_ITEM(live, n - 1) == token) { /* the common case: the last one, as list.pop() */
+        Py_SET_SIZE(live, n - 1);
+        Py_DECREF(token);
+        return;
+    }
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        if (PyList_GET_ITEM(live, i) == token) {
+            if (PyList_SetSlice(live, i, i + 1, NULL) < 0) PyErr_Clear();
+            return;
+        }
+    }
+}
+
+static PyObject *door_fail(Door *d, PyObject *before, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL || !PyErr_GivenExceptionMatches(type, PyExc_Exception)) {
+        PyErr_Restore(type, value, tb); /* KeyboardInterrupt, SystemExit: as they are */
+        return NULL;
+    }
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL) PyException_SetTraceback(value, tb);
+    Py_ssize_t total = nargs + (kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *given = PyTuple_New(total);
+    if (given == NULL) {
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < total; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(given, i, args[i]);
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(d->failed, value, before, given, kwnames != NULL ? kwnames : Py_None, NULL);
+    Py_DECREF(given);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    Py_XDECREF(r); /* failed() raises; a return is a bug there, reported as such */
+    if (r != NULL) PyErr_SetString(PyExc_SystemError, "mpicomm front door: failed() returned");
+    return NULL;
+}
+
+static PyObject *door_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Door *d = (Door *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs > PyTuple_GET_SIZE(d->names)) goto slow;
+    for (int i = 0; i < d->n_arrays; i++) {
+        PyObject *v = param(d, d->arrays[i], args, nargs, kwnames);
+        if (v == NULL || !numpy_like(d, v)) goto slow;
+    }
+    PyObject *group = Py_None;
+    if (d->flag >= 0) {
+        PyObject *f = param(d, d->flag, args, nargs, kwnames);
+        if (f != Py_True && f != Py_False) goto slow;
+    }
+    if (d->group >= 0) {
+        group = param(d, d->group, args, nargs, kwnames);
+        if (group == NULL) goto slow;
+    }
+    unsigned long me = PyThread_get_thread_ident();
+    PyObject *owner = slot(d->threads, d->owner_at);
+    if (owner == NULL) goto slow;
+    if (owner != Py_None) {
+        unsigned long o = PyLong_AsUnsignedLong(owner);
+        if (o == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+        if (o != me) goto slow; /* the Python wrapper raises the thread error */
+    }
+    PyObject *before = slot(d->state, d->exchanges_at);
+    if (before == NULL) goto slow;
+    Py_INCREF(before);
+    if (ident_obj == NULL || ident_of_obj != me) {
+        PyObject *made = PyLong_FromUnsignedLong(me);
+        if (made == NULL) {
+            Py_DECREF(before);
+            return NULL;
+        }
+        Py_XSETREF(ident_obj, made);
+        ident_of_obj = me;
+    }
+    PyObject *token = PyTuple_Pack(4, ident_obj, d->site, group, Py_None);
+    if (token == NULL || PyList_Append(d->live, token) < 0) {
+        Py_XDECREF(token);
+        Py_DECREF(before);
+        return NULL;
+    }
+    PyObject *r = PyObject_Vectorcall(d->host, args, nargsf, kwnames);
+    if (r == NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        drop_token(d->live, token);
+        PyErr_Restore(type, value, tb);
+        r = door_fail(d, before, args, nargs, kwnames);
+    } else {
+        drop_token(d->live, token);
+    }
+    Py_DECREF(token);
+    Py_DECREF(before);
+    return r;
+
+slow:
+    return PyObject_Vectorcall(d->fallback, args, nargsf, kwnames);
+}
+
+static int door_traverse(PyObject *self, visitproc visit, void *arg) {
+    Door *d = (Door *)self;
+    Py_VISIT(d->dict);
+    Py_VISIT(d->host);
+    Py_VISIT(d->fallback);
+    Py_VISIT(d->failed);
+    Py_VISIT(d->site);
+    Py_VISIT(d->live);
+    Py_VISIT(d->threads);
+    Py_VISIT(d->state);
+    Py_VISIT(d->ndarray);
+    Py_VISIT(d->kinds);
+    Py_VISIT(d->plain);
+    Py_VISIT(d->list_kind);
+    Py_VISIT(d->names);
+    Py_VISIT(d->defaults);
+    Py_VISIT(d->missing);
+    return 0;
+}
+
+static int door_clear(PyObject *self) {
+    Door *d = (Door *)self;
+    Py_CLEAR(d->dict);
+    Py_CLEAR(d->host);
+    Py_CLEAR(d->fallback);
+    Py_CLEAR(d->failed);
+    Py_CLEAR(d->site);
+    Py_CLEAR(d->live);
+    Py_CLEAR(d->threads);
+    Py_CLEAR(d->state);
+    Py_CLEAR(d->ndarray);
+    Py_CLEAR(d->kinds);
+    Py_CLEAR(d->plain);
+    Py_CLEAR(d->list_kind);
+    Py_CLEAR(d->names);
+    Py_CLEAR(d->defaults);
+    Py_CLEAR(d->missing);
+    return 0;
+}
+
+static void door_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    door_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *door_get(PyObject *self, PyObject *obj, PyObject *type) {
+    Py_INCREF(self); /* as a builtin function: never bound to an instance */
+    return self;
+}
+
+static PyObject *door_repr(PyObject *self) {
+    Door *d = (Door *)self;
+    PyObject *name = d->dict != NULL ? PyDict_GetItemString(d->dict, "__qualname__") : NULL;
+    if (name != NULL) return PyUnicode_FromFormat("<function %U (mpicomm front door)>", name);
+    return PyUnicode_FromString("<function (mpicomm front door)>");
+}
+
+/* __reduce__: the door's name, so that copy.copy and copy.deepcopy give the door itself, as for a
+ * function (pickle looks the name up as it does a function's). */
+static PyObject *door_reduce(PyObject *self, PyObject *unused) {
+    Door *d = (Door *)self;
+    PyObject *name = d->dict != NULL ? PyDict_GetItemString(d->dict, "__qualname__") : NULL;
+    if (name == NULL) {
+        PyErr_SetString(PyExc_TypeError, "a front door without a __qualname__ cannot be copied");
+        return NULL;
+    }
+    Py_INCREF(name);
+    return name;
+}
+
+static PyMethodDef door_methods[] = {{"__reduce__", door_reduce, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef door_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject DoorType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mpicomm.core._cmpi.Door",
+    .tp_basicsize = sizeof(Door),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A public call's front door, its numpy fast path in C (see mpicomm.front.door).",
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Door, vectorcall),
+    .tp_dictoffset = offsetof(Door, dict),
+    .tp_traverse = door_traverse,
+    .tp_clear = door_clear,
+    .tp_dealloc = door_dealloc,
+    .tp_descr_get = door_get,
+    .tp_repr = door_repr,
+    .tp_getset = door_getset,
+    .tp_methods = door_methods,
+};
+
+/* door(host, fallback, failed, site, live, threads, owner, state, exchanges, ndarray, kinds, plain,
+ *      list_kind, names, defaults, missing, arrays, flag, group): a new Door; `owner` and `exchanges`
+ *      are the member descriptors of those slots of `threads` and `state`. */
+HIDDEN PyObject *cmpi_door(PyObject *module, PyObject *args) {
+    Door tmp = {0};
+    PyObject *arrays, *owner, *exchanges;
+    if (!PyArg_ParseTuple(args, "OOOOO!OOOOOO!O!OO!O!OO!nn:door", &tmp.host, &tmp.fallback, &tmp.failed, &tmp.site,
+                          &PyList_Type, &tmp.live, &tmp.threads, &owner, &tmp.state, &exchanges, &tmp.ndarray,
+                          &PyDict_Type, &tmp.kinds,
+                          &PyFrozenSet_Type, &tmp.plain, &tmp.list_kind, &PyTuple_Type, &tmp.names, &PyTuple_Type,
+                          &tmp.defaults, &tmp.missing, &PyTuple_Type, &arrays, &tmp.flag, &tmp.group))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(tmp.names), na = PyTuple_GET_SIZE(arrays);
+    if (PyTuple_GET_SIZE(tmp.defaults) != n || na > DOOR_MAX_ARRAYS || tmp.flag >= n || tmp.group >= n) {
+        PyErr_SetString(PyExc_ValueError, "door: defaults, arrays, flag or group do not fit the names");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(tmp.names, i);
+        if (!PyUnicode_CheckExact(name)) {
+            PyErr_SetString(PyExc_TypeError, "door: names must be str");
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < na; i++) {
+        Py_ssize_t p = PyLong_AsSsize_t(PyTuple_GET_ITEM(arrays, i));
+        if (p == -1 && PyErr_Occurred()) return NULL;
+        if (p < 0 || p >= n) {
+            PyErr_SetString(PyExc_ValueError, "door: an array position outside the parameters");
+            return NULL;
+        }
+        tmp.arrays[i] = p;
+    }
+    if ((tmp.owner_at = slot_offset(owner, tmp.threads)) < 0 || (tmp.exchanges_at = slot_offset(exchanges, tmp.state)) < 0) {
+        PyErr_SetString(PyExc_TypeError, "door: owner and exchanges must be object slots of threads and state");
+        return NULL;
+    }
+    if (DoorType.tp_flags & Py_TPFLAGS_READY ? 0 : PyType_Ready(&DoorType) < 0) return NULL;
+    Door *d = PyObject_GC_New(Door, &DoorType);
+    if (d == NULL) return NULL;
+    d->vectorcall = door_call;
+    d->dict = NULL;
+    PyObject **fields[] = {&d->host, &d->fallback, &d->failed, &d->site, &d->live, &d->threads, &d->state,
+                           &d->ndarray, &d->kinds, &d->plain, &d->list_kind, &d->names, &d->defaults, &d->missing};
+    PyObject *values[] = {tmp.host, tmp.fallback, tmp.failed, tmp.site, tmp.live, tmp.threads, tmp.state,
+                          tmp.ndarray, tmp.kinds, tmp.plain, tmp.list_kind, tmp.names, tmp.defaults, tmp.missing};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        Py_INCREF(values[i]);
+        *fields[i] = values[i];
+    }
+    memcpy(d->arrays, tmp.arrays, sizeof(d->arrays));
+    d->n_arrays = (int)na;
+    d->owner_at = tmp.owner_at;
+    d->exchanges_at = tmp.exchanges_at;
+    d->flag = tmp.flag;
+    d->group = tmp.group;
+    PyObject_GC_Track((PyObject *)d);
+    return (PyObject *)d;
+}

@@ -1,0 +1,179 @@
+"""The front door's C form (``door`` of ``mpicomm.core._cmpi``) serves numpy calls as the Python one does.
+
+Each test builds both forms of one door around the same host (``_Plan.generate`` and
+``_Plan.in_c``) and holds them to the same results: the arguments the host sees, the watchdog's
+token while it runs, what a failure raises, and every call that the C form hands to the Python one
+(other array kinds, a bad ``async_op``, a missing argument, another thread).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mpicomm
+from mpicomm import _mpi
+from mpicomm.core import watchdog
+from mpicomm.errors import ArgumentError, ArgumentTypeError, CommunicationError, DistError
+from mpicomm.front import door
+
+pytestmark = pytest.mark.skipif(
+    not door._c_doors(),
+    reason="the C module is not built (or MPICOMM_C=0): the Python wrapper serves every call",
+)
+
+
+class Probe:
+    """A host that records what it was given and which tokens were live while it ran."""
+
+    def __init__(self, raises: BaseException | None = None) -> None:
+        self.raises = raises
+        self.seen: list[tuple[Any, ...]] = []
+
+    def host(self, tensor: Any, others: Any = None, group: Any = None, async_op: bool = False) -> str:
+        live = [t for t in watchdog._live if t[1].name == "probe"]
+        self.seen.append((tensor, others, group, async_op, live))
+        if self.raises is not None:
+            raise self.raises
+        return "done"
+
+
+def both(probe: Probe) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The Python wrapper and the C door of the call ``probe`` around ``probe.host``."""
+    roles = {"tensor": door.BOTH, "others": door.READ}
+    plan = door._Plan("probe", probe.host, roles, None, None, None, True, None)
+    python = plan.generate()
+    c = plan.in_c(python)
+    assert c is not None
+    return python, c
+
+
+@pytest.fixture(autouse=True)
+def _started() -> None:
+    mpicomm.init()
+
+
+def test_the_public_calls_are_c_doors_with_the_face_of_their_host() -> None:
+    for name in ("all_reduce", "broadcast", "sendrecv", "all_gather", "jagged_all_to_all"):
+        call = getattr(mpicomm, name)
+        host = inspect.unwrap(call)
+        assert type(call).__name__ == "Door", name
+        assert inspect.isroutine(call) and callable(call), name
+        assert inspect.signature(call) == inspect.signature(host), name
+        assert (call.__name__, call.__doc__, call.__module__) == (
+            host.__name__,
+            host.__doc__,
+            host.__module__,
+        )
+        assert f"<function {name} " in repr(call)
+        assert inspect.getsource(call) == inspect.getsource(host)
+        assert copy.copy(call) is call and copy.deepcopy({"call": call})["call"] is call
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((), {}),
+        ((None,), {}),
+        ((), {"others": [np.zeros(1)], "async_op": True}),
+        ((None, "g"), {"async_op": False}),
+        ((), {"group": "g"}),
+    ],
+)
+def test_a_numpy_call_reaches_the_host_with_the_same_arguments_and_a_live_token(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    x = np.arange(3.0)
+    seen = []
+    for form in both(probe := Probe()):
+        assert form(x, *args, **kwargs) == "done"
+        seen.append(probe.seen.pop())
+        assert not [t for t in watchdog._live if t[1].name == "probe"]  # the token left with the call
+    (py, c) = seen
+    assert py[0] is x and c[0] is x
+    for a, b in zip(py[1:4], c[1:4], strict=True):
+        assert a is b or (isinstance(a, list) and a == b)
+    group = kwargs.get("group", args[1] if len(args) > 1 else None)
+    for live in (py[4], c[4]):  # one token, of this thread, naming the group
+        assert len(live) == 1
+        assert live[0][0] == threading.get_ident() and live[0][2] == group and live[0][3] is None
+
+
+def test_calls_the_c_door_does_not_serve_get_the_python_wrappers_answer() -> None:
+    torch = pytest.importorskip("torch")
+    python, c = both(probe := Probe())
+    t = torch.arange(3.0)
+    assert c(t) == "done"  # a torch tensor: seen by the host as its numpy view
+    got = probe.seen.pop()[0]
+    assert type(got) is np.ndarray and got.ctypes.data == t.data_ptr()
+    assert c(np.zeros(2), [t]) == "done"  # a list holding a tensor
+    for bad in ({"async_op": 1}, {"async_op": None}):
+        with pytest.raises(ArgumentTypeError) as in_python:
+            python(np.zeros(2), **bad)
+        with pytest.raises(ArgumentTypeError) as in_c:
+            c(np.zeros(2), **bad)
+        assert (
+            str(in_c.value)
+            == str(in_python.value)
+            == f"probe: async_op is {bad['async_op']!r}; expected True or False"
+        )
+    with pytest.raises(TypeError) as missing:
+        c()
+    assert "tensor" in str(missing.value)
+    with pytest.raises(TypeError):
+        c(np.zeros(2), 1, 2, 3, 4)  # too many arguments
+    with pytest.raises(TypeError):
+        c(np.zeros(2), nonsense=1)
+
+
+@pytest.mark.parametrize("kind", ["argument", "mpi-error", "interrupt"])
+def test_a_failing_host_raises_what_the_python_wrapper_raises_and_its_token_leaves(kind: str) -> None:
+    MPI = _mpi.MPI
+    made: dict[str, Callable[[], BaseException]] = {
+        "argument": lambda: ArgumentError("probe: tensor is wrong; expected right"),
+        "mpi-error": lambda: MPI.Exception(MPI.ERR_OTHER),
+        "interrupt": lambda: KeyboardInterrupt(),
+    }
+    raised = []
+    for form in both(Probe(raises=(error := made[kind]()))):
+        with pytest.raises(BaseException) as info:
+            form(np.zeros(2), async_op=False)
+        raised.append(info.value)
+        assert not [t for t in watchdog._live if t[1].name == "probe"]
+    py, c = raised
+    assert type(py) is type(c) and str(py) == str(c)
+    if kind == "mpi-error":
+        assert isinstance(c, CommunicationError) and c.__cause__ is error
+        assert str(c).startswith("probe: MPI reported an error")
+    else:
+        assert c is error
+
+
+def test_a_call_from_another_thread_below_multiple_is_refused_by_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # below MPI_THREAD_MULTIPLE the calls belong to the thread that started MPI (this one, here)
+    monkeypatch.setattr(watchdog._Threads, "owner", threading.get_ident())
+    monkeypatch.setattr(watchdog._Threads, "level", "serialized")
+    errors: list[str] = []
+
+    def call(form: Callable[..., Any]) -> None:
+        try:
+            form(np.zeros(2))
+        except DistError as exc:
+            errors.append(str(exc))
+
+    for form in both(probe := Probe()):
+        th = threading.Thread(target=call, args=(form,), name="other")
+        th.start()
+        th.join()
+    assert len(errors) == 2 and errors[0] == errors[1] and "thread 'other'" in errors[0]
+    assert probe.seen == []
+    for form in both(probe):  # the owner's own calls go on
+        assert form(np.zeros(2)) == "done"
