@@ -11,8 +11,12 @@ setup(
     ext_modules=[
         Extension(
             "mpicomm.core._cmpi",
-            ["mpicomm/core/_cmpi.c", "mpicomm/core/_cmpi_lists.c", "mpicomm/core/_cmpi_jagged.c",
-             "mpicomm/core/_cmpi_door.c"],
+            [
+                "mpicomm/core/_cmpi.c",
+                "mpicomm/core/_cmpi_lists.c",
+                "mpicomm/core/_cmpi_jagged.c",
+                "mpicomm/core/_cmpi_door.c",
+            ],
             depends=["mpicomm/core/_cmpi.h"],
             optional=True,
         )
