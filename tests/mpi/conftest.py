@@ -118,6 +118,25 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(20261121)
 
 
+@pytest.fixture(scope="module")
+def fake() -> Iterator[Any]:
+    """The fake cupy (tests/fakecupy) for a module's tests: CPU emulation, never GPU verification."""
+    from fakecupy import testing
+
+    yield from testing.activate()
+
+
+@pytest.fixture
+def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The fake cupy on the staged path for one test, its staging buffers checked back afterwards.
+
+    A module that runs its tests on other paths (direct, both) defines a ``cp`` of its own.
+    """
+    from fakecupy import testing
+
+    yield from testing.staged_fake(fake, monkeypatch)
+
+
 @pytest.fixture
 def validation_off(world: mpicomm.ProcessGroup) -> Iterator[None]:
     """Validation mode off for one test, then as it was: for tests of what reaches MPI unchecked.

@@ -81,11 +81,6 @@ def _cases() -> list[tuple[str, str, str, str]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[Any]:
-    yield from testing.activate()
-
-
 @pytest.fixture(params=["staged", "direct"])
 def cp(fake: Any, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Any]:
     yield from testing.staged_fake(fake, monkeypatch, aware="1" if request.param == "direct" else "0")

@@ -7,12 +7,10 @@ tensors and device arrays (the fake cupy, tests/fakecupy).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from fakecupy import testing
 from fakecupy.testing import inputs, world
 
 import mpicomm
@@ -20,16 +18,6 @@ from mpicomm import ArgumentError
 from mpicomm.front import device as front
 
 MIB4 = (4 << 20) // 8  # float64 elements in 4 MiB
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[Any]:
-    yield from testing.activate()
-
-
-@pytest.fixture
-def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    yield from testing.staged_fake(fake, monkeypatch)
 
 
 def ring(make: Any, get: Any) -> None:

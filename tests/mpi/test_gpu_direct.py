@@ -23,11 +23,6 @@ from mpicomm.gpu import backend as gpu_backend
 from mpicomm.gpu import cuda_aware, staged
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[Any]:
-    yield from testing.activate()
-
-
 @pytest.fixture
 def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     testing.use_staged(monkeypatch, aware="1")

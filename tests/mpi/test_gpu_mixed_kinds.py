@@ -41,16 +41,6 @@ SCHEMES: dict[str, Callable[[int], str]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[Any]:
-    yield from testing.activate()
-
-
-@pytest.fixture
-def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    yield from testing.staged_fake(fake, monkeypatch)
-
-
 @pytest.fixture
 def chunk4k(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield from testing.chunk_size(monkeypatch, "4K")

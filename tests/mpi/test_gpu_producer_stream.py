@@ -57,11 +57,6 @@ class SideStreamTensor:
         return out
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[Any]:
-    yield from testing.activate()
-
-
 @pytest.fixture(params=["staged", "direct"])
 def path(request: pytest.FixtureRequest) -> str:
     return str(request.param)

@@ -13,28 +13,16 @@ at any size; not GPU verification (tests/gpu is).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from fakecupy import testing
 from fakecupy.testing import inputs, world
 
 import mpicomm
 from mpicomm.front import kinds
 
 COPIES = {"memcpyAsync": 2, "streamSynchronize": 2}  # all_reduce: down, wait, up, wait
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[Any]:
-    yield from testing.activate()
-
-
-@pytest.fixture
-def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    yield from testing.staged_fake(fake, monkeypatch)
 
 
 def test_a_small_staged_all_reduce_makes_four_cuda_calls(cp: Any) -> None:

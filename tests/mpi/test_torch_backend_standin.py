@@ -28,11 +28,6 @@ from mpicomm.gpu import cuda_aware
 pytestmark = pytest.mark.mpi
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[Any]:
-    yield from testing.activate()
-
-
 @pytest.fixture(params=["1", "0"], ids=["direct", "staged"])
 def cp(fake: Any, monkeypatch: pytest.MonkeyPatch, request: Any) -> Iterator[Any]:
     testing.use_staged(monkeypatch, aware=request.param)
