@@ -70,7 +70,7 @@ _WHERE: dict[str, str] = {
     "Work": "mpicomm.core.work",
     "wait_all": "mpicomm.core.work",
     "P2POp": "mpicomm.dense.batch",
-    "barrier": "mpicomm.dense.reductions",
+    "barrier": "mpicomm.dense.sync",
     "monitored_barrier": "mpicomm.dense.sync",
     "ArgumentError": "mpicomm.errors",
     "ArgumentTypeError": "mpicomm.errors",
@@ -219,8 +219,7 @@ if TYPE_CHECKING:
     from .core.validation import is_validation_enabled, set_validation
     from .core.work import Work, wait_all
     from .dense.batch import P2POp
-    from .dense.reductions import barrier
-    from .dense.sync import monitored_barrier
+    from .dense.sync import barrier, monitored_barrier
     from .errors import (
         ArgumentError,
         ArgumentTypeError,

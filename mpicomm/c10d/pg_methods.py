@@ -19,7 +19,7 @@ from typing import Any
 from ..core.groups import ProcessGroup
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work, completed
-from ..dense.reductions import barrier as _barrier
+from ..dense.sync import barrier as _barrier
 from ..dense.sync import monitored_barrier as _monitored_barrier
 from ..errors import ArgumentError, ArgumentTypeError
 from ..front import coalesced, collectives

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from ..core.groups import ProcessGroup as Group
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work, completed
-from ..dense.reductions import barrier as _barrier
+from ..dense.sync import barrier as _barrier
 from ..errors import ArgumentError
 from ..front import coalesced, collectives
 from .work import Done, Pending

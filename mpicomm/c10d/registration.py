@@ -33,7 +33,7 @@ from torch._C._distributed_c10d import TCPStore
 
 from .. import _mpi
 from ..core import groups
-from ..dense.reductions import barrier
+from ..dense.sync import barrier
 from ..errors import ArgumentError
 from .registered import MpicommProcessGroup
 

@@ -12,7 +12,6 @@ reduction is copied once).
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -34,9 +33,8 @@ from ..core.buffers import (
     send_view,
     staged,
 )
-from ..core.calls import collective
 from ..core.chunks import Setting as _Chunks
-from ..core.groups import ProcessGroup, _State, resolve, root_rank, timeout_seconds, warn_non_member
+from ..core.groups import ProcessGroup, _State, resolve, root_rank, warn_non_member
 from ..core.reduce_op import ReduceOp, average, is_half, premultiply
 from ..core.statuses import waitall
 from ..core.work import Work, completed
@@ -45,11 +43,9 @@ from . import small
 from .exchange import REDUCE_SCATTER, exchange, reduce_scatter_c
 from .gathers import _check_own_size
 from .half import reduce_wide
-from .sync import timed_barrier
 
 __all__ = [
     "all_reduce",
-    "barrier",
     "broadcast",
     "reduce",
     "reduce_scatter",
@@ -335,52 +331,6 @@ def broadcast(
     if post is not None:
         post()
     return completed([tensor]) if async_op else None
-
-
-@collective("barrier")
-def barrier(
-    group: ProcessGroup | None = None,
-    async_op: bool = False,
-    device_ids: Any = None,
-    timeout: datetime.timedelta | float | None = None,
-) -> Work | None:
-    """Block until every rank of the group has entered the barrier.
-
-    Args:
-        group: The process group; ``None`` for the world.
-        async_op: Return a Work (over ``MPI_Ibarrier``) instead of blocking.
-        device_ids: Accepted for torch compatibility and ignored.
-        timeout: A ``timedelta`` or seconds: raise if the barrier has not completed by then (a
-            blocking call only); None: the group's own timeout, if it was made with one.
-            :func:`monitored_barrier` also names the missing ranks.
-
-    Returns:
-        A Work if ``async_op``, else None.
-
-    Raises:
-        CommunicationError: the barrier did not complete within ``timeout``.
-
-    Example:
-        >>> import mpicomm
-        >>> mpicomm.barrier()
-    """
-    seconds = timeout_seconds(timeout, "barrier")
-    g = resolve(group, "barrier")
-    if g.comm is None:
-        warn_non_member(g, "barrier")
-        return None
-    if seconds is None:
-        seconds = g.timeout  # init_process_group(timeout=) or new_group(timeout=)
-    if seconds is not None and not async_op:
-        timed_barrier(g, seconds, validation._Flag.on)  # bounded, validation exchange included
-        return None
-    if validation._Flag.on:
-        validation.check(g, "barrier", {})
-    request = g.comm.Ibarrier()  # never MPI_Barrier: a blocking one would not match a timed one
-    if async_op:
-        return Work([request], fn="barrier")
-    request.Wait()
-    return None
 
 
 def reduce_scatter(

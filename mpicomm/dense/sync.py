@@ -1,4 +1,4 @@
-"""Barriers with a timeout: ``monitored_barrier`` (names the missing ranks) and ``barrier(timeout=)``.
+"""Barriers: ``barrier`` (with ``timeout=``, bounded) and ``monitored_barrier`` (names the missing ranks).
 
 A barrier that times out cannot be taken back in MPI: the error is raised, and an uncaught error ends
 the whole job (mpicomm's abort hook), which is what a user who sets a timeout wants.
@@ -14,11 +14,13 @@ import numpy as np
 
 from .. import _mpi
 from ..core import validation
+from ..core.calls import collective
 from ..core.groups import ProcessGroup, resolve, timeout_seconds, warn_non_member
 from ..core.watchdog import DEFAULT_TIMEOUT, Site, default_timeout, timed
+from ..core.work import Work
 from ..errors import CommunicationError
 
-__all__ = ["monitored_barrier", "timed_barrier", "wait_until"]
+__all__ = ["barrier", "monitored_barrier", "timed_barrier", "wait_until"]
 
 #: Tag of monitored_barrier's messages on a group's internal communicator.
 TAG = 20280
@@ -174,3 +176,49 @@ def timed_barrier(g: ProcessGroup, seconds: float, validated: bool = False) -> N
 
 #: Requests given up on by a timed barrier: MPI owns their buffers until they complete, if ever.
 _ABANDONED: list[Any] = []
+
+
+@collective("barrier")
+def barrier(
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    device_ids: Any = None,
+    timeout: datetime.timedelta | float | None = None,
+) -> Work | None:
+    """Block until every rank of the group has entered the barrier.
+
+    Args:
+        group: The process group; ``None`` for the world.
+        async_op: Return a Work (over ``MPI_Ibarrier``) instead of blocking.
+        device_ids: Accepted for torch compatibility and ignored.
+        timeout: A ``timedelta`` or seconds: raise if the barrier has not completed by then (a
+            blocking call only); None: the group's own timeout, if it was made with one.
+            :func:`monitored_barrier` also names the missing ranks.
+
+    Returns:
+        A Work if ``async_op``, else None.
+
+    Raises:
+        CommunicationError: the barrier did not complete within ``timeout``.
+
+    Example:
+        >>> import mpicomm
+        >>> mpicomm.barrier()
+    """
+    seconds = timeout_seconds(timeout, "barrier")
+    g = resolve(group, "barrier")
+    if g.comm is None:
+        warn_non_member(g, "barrier")
+        return None
+    if seconds is None:
+        seconds = g.timeout  # init_process_group(timeout=) or new_group(timeout=)
+    if seconds is not None and not async_op:
+        timed_barrier(g, seconds, validation._Flag.on)  # bounded, validation exchange included
+        return None
+    if validation._Flag.on:
+        validation.check(g, "barrier", {})
+    request = g.comm.Ibarrier()  # never MPI_Barrier: a blocking one would not match a timed one
+    if async_op:
+        return Work([request], fn="barrier")
+    request.Wait()
+    return None
