@@ -218,19 +218,20 @@ def reduce(
         True
     """
     fn = "reduce"
-    w = _State.world
-    if group is None and async_op is False and group_dst is None and w is not None and not _Flag.on:
-        # the common call: a plain op on a cached dtype; cmpi checks the buffer
-        pair = op._ops.get(tensor.dtype) if type(tensor) is np.ndarray and type(op) is ReduceOp else None
-        root_ok = dst is None or (type(dst) is int and 0 <= dst < w._size)
+    w = _WORLD
+    if group is None and group_dst is None and type(tensor) is _ND and _State.world is w[0] and not _Flag.on:
+        # the common call: a plain op on a cached dtype, the world's parts kept (fast.WORLD); cmpi
+        # checks the buffer. async_op never changes the MPI call: a Work asked for is complete.
+        pair = op._ops.get(tensor.dtype) if type(op) is ReduceOp else None
+        root = 0 if dst is None else dst if type(dst) is int and 0 <= dst < w[2] else -1
         if (
             pair is not None
             and op._plain
-            and root_ok
+            and root >= 0
             and tensor.nbytes <= _Chunks.least
-            and cmpi.reduce(tensor, *pair, dst or 0, w.comm) is None
+            and cmpi.reduce(tensor, pair[0], pair[1], root, w[1]) is None
         ):
-            return None
+            return None if async_op is False else completed([tensor])
     g = resolve(group, fn)
     if g.comm is None:
         warn_non_member(g, fn)
