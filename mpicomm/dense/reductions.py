@@ -233,7 +233,7 @@ def reduce(
         ):
             return None if async_op is False else completed([tensor])
     g = resolve(group, fn)
-    if g.comm is None:
+    if fast.comm_of(g) is None:  # the world's parts kept for the next call
         warn_non_member(g, fn)
         return None
     check_output(tensor, fn, "tensor")

@@ -1,6 +1,6 @@
 """What the 8-byte fast paths keep between calls, and the complete Work they answer async_op=True with.
 
-The fast paths of all_reduce and broadcast read the world group's communicator and size from
+The fast paths of all_reduce, broadcast and reduce read the world group's communicator and size from
 ``mpicomm.core.fast.WORLD`` (kept per world group) and answer ``async_op=True`` with a Work made
 complete (``mpicomm.core.work.completed``). Every rank builds the global input from the shared
 seed and checks its own result against numpy.
@@ -27,6 +27,9 @@ def _check_small_calls(w: int, r: int, rng: np.random.Generator, async_op: bool)
     y = xs[r].copy()
     mpicomm.broadcast(y, src=src, async_op=async_op)
     np.testing.assert_array_equal(y, xs[src])
+    z = xs[r].copy()
+    mpicomm.reduce(z, dst=src, async_op=async_op)
+    np.testing.assert_array_equal(z, xs.sum(axis=0) if r == src else xs[r])
 
 
 @pytest.mark.mpi(min_size=1)
@@ -37,7 +40,11 @@ def test_a_world_made_after_destroy_is_the_one_the_fast_paths_use(world, rng):
     mpicomm.destroy_process_group()
     try:
         # the kept parts are the destroyed world's (its communicator freed): never served
-        for call in (lambda: mpicomm.all_reduce(np.ones(2)), lambda: mpicomm.broadcast(np.ones(2), src=0)):
+        for call in (
+            lambda: mpicomm.all_reduce(np.ones(2)),
+            lambda: mpicomm.broadcast(np.ones(2), src=0),
+            lambda: mpicomm.reduce(np.ones(2), dst=0),
+        ):
             with pytest.raises(DefaultGroupError, match="default process group was destroyed"):
                 call()
     finally:
@@ -49,6 +56,29 @@ def test_a_world_made_after_destroy_is_the_one_the_fast_paths_use(world, rng):
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("call", ["all_reduce", "broadcast", "reduce"])
+def test_the_first_small_call_of_a_new_world_keeps_its_parts_for_the_next(world, rng, call):
+    """Each fast path's first call (its general path) keeps the world's parts, whichever call comes first."""
+    w, r = world.size(), world.rank()
+    mpicomm.destroy_process_group()
+    new = mpicomm.init()
+    assert fast.WORLD[0] is not new  # nothing has used the new world yet
+    xs = rng.integers(-9, 9, size=(w, 2)).astype(np.float64)
+    x = xs[r].copy()
+    if call == "all_reduce":
+        mpicomm.all_reduce(x)
+        want = xs.sum(axis=0)
+    elif call == "broadcast":
+        mpicomm.broadcast(x, src=0)
+        want = xs[0]
+    else:
+        mpicomm.reduce(x, dst=0)
+        want = xs.sum(axis=0) if r == 0 else xs[r]
+    np.testing.assert_array_equal(x, want)
+    assert fast.WORLD[0] is new and fast.WORLD[1] is new.comm and fast.WORLD[2] == w
+
+
+@pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
 def test_async_op_answers_with_a_complete_work_that_acts_as_any_work(world, rng, kind):
     w, r = world.size(), world.rank()
@@ -56,6 +86,7 @@ def test_async_op_answers_with_a_complete_work_that_acts_as_any_work(world, rng,
     for call, want in (
         (lambda t: mpicomm.all_reduce(t, async_op=True), xs.sum(axis=0)),
         (lambda t: mpicomm.broadcast(t, src=0, async_op=True), xs[0]),
+        (lambda t: mpicomm.reduce(t, dst=0, async_op=True), xs.sum(axis=0) if r == 0 else xs[r]),
     ):
         x = xs[r].copy() if kind == "numpy" else torch.from_numpy(xs[r].copy())
         work = call(x)
