@@ -12,7 +12,8 @@
  *   3. the watchdog's token (thread ident, site, group, None) is on the live list while the host
  *      implementation runs with the caller's own arguments;
  *   4. an Exception the host raises goes to `failed(exc, before, args, kwnames)`, a Python function
- *      that raises what the Python wrapper would (the validation exchange, CommunicationError).
+ *      that returns what the Python wrapper raises (after the validation exchange where one is
+ *      due): exc itself, or a CommunicationError raised here with exc as its context.
  *
  * It is not a function object, so it carries a __dict__ (functools.update_wrapper fills __name__,
  * __doc__, __wrapped__...) and is a non-data descriptor that returns itself, as builtin functions
@@ -142,13 +143,27 @@ static PyObject *door_fail(Door *d, PyObject *before, PyObject *const *args, Py_
         Py_INCREF(args[i]);
         PyTuple_SET_ITEM(given, i, args[i]);
     }
-    PyObject *r = PyObject_CallFunctionObjArgs(d->failed, value, before, given, kwnames != NULL ? kwnames : Py_None, NULL);
+    PyObject *err = PyObject_CallFunctionObjArgs(d->failed, value, before, given, kwnames != NULL ? kwnames : Py_None, NULL);
     Py_DECREF(given);
+    if (err == value) { /* raised as it is, as the wrapper's `raise exc` */
+        Py_DECREF(err);
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
     Py_XDECREF(type);
-    Py_XDECREF(value);
     Py_XDECREF(tb);
-    Py_XDECREF(r); /* failed() raises; a return is a bug there, reported as such */
-    if (r != NULL) PyErr_SetString(PyExc_SystemError, "mpicomm front door: failed() returned");
+    if (err == NULL || !PyExceptionInstance_Check(err)) {
+        Py_XDECREF(value);
+        if (err != NULL) {
+            Py_DECREF(err);
+            PyErr_SetString(PyExc_SystemError, "mpicomm front door: failed() returned no exception");
+        }
+        return NULL;
+    }
+    /* the wrapper raises it inside `except Exception as exc`: exc is its context, whatever the caller
+     * is handling (PyErr_Restore chains nothing, where PyErr_SetObject would) */
+    PyException_SetContext(err, value); /* steals value */
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(err)), err, PyException_GetTraceback(err));
     return NULL;
 }
 
@@ -189,7 +204,11 @@ static PyObject *door_call(PyObject *self, PyObject *const *args, size_t nargsf,
         Py_XSETREF(ident_obj, made);
         ident_of_obj = me;
     }
-    PyObject *token = PyTuple_Pack(4, ident_obj, d->site, group, Py_None);
+    /* a reference of our own: the tuple's allocation may collect garbage, run Python code and let
+     * another thread replace the cached ident */
+    PyObject *ident = Py_NewRef(ident_obj);
+    PyObject *token = PyTuple_Pack(4, ident, d->site, group, Py_None);
+    Py_DECREF(ident);
     if (token == NULL || PyList_Append(d->live, token) < 0) {
         Py_XDECREF(token);
         Py_DECREF(before);
@@ -264,9 +283,15 @@ static PyObject *door_get(PyObject *self, PyObject *obj, PyObject *type) {
     return self;
 }
 
+/* The door's __qualname__ (borrowed), or NULL when it has none that is a str. */
+static PyObject *qualname(Door *d) {
+    PyObject *name = d->dict != NULL ? PyDict_GetItemString(d->dict, "__qualname__") : NULL;
+    return name != NULL && PyUnicode_Check(name) ? name : NULL;
+}
+
 static PyObject *door_repr(PyObject *self) {
     Door *d = (Door *)self;
-    PyObject *name = d->dict != NULL ? PyDict_GetItemString(d->dict, "__qualname__") : NULL;
+    PyObject *name = qualname(d);
     if (name != NULL) return PyUnicode_FromFormat("<function %U (mpicomm front door)>", name);
     return PyUnicode_FromString("<function (mpicomm front door)>");
 }
@@ -275,9 +300,9 @@ static PyObject *door_repr(PyObject *self) {
  * function (pickle looks the name up as it does a function's). */
 static PyObject *door_reduce(PyObject *self, PyObject *unused) {
     Door *d = (Door *)self;
-    PyObject *name = d->dict != NULL ? PyDict_GetItemString(d->dict, "__qualname__") : NULL;
+    PyObject *name = qualname(d);
     if (name == NULL) {
-        PyErr_SetString(PyExc_TypeError, "a front door without a __qualname__ cannot be copied");
+        PyErr_SetString(PyExc_TypeError, "a front door without a str __qualname__ cannot be copied");
         return NULL;
     }
     Py_INCREF(name);

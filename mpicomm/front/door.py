@@ -147,22 +147,21 @@ class _Plan:
 
     def failed_in_c(
         self, exc: Exception, before: int, given: tuple[Any, ...], kwnames: tuple[str, ...] | None
-    ) -> None:
-        """Raise what the Python wrapper raises for ``exc``, from the C door's call with ``given``."""
+    ) -> Exception:
+        """What the Python wrapper raises for ``exc``, from the C door's call with ``given``.
+
+        The C door raises it (with ``exc`` as its context, as the wrapper's ``except`` block does).
+        """
         keywords = kwnames or ()
         positional = len(given) - len(keywords)
         try:
             bound = self.signature.bind(
                 *given[:positional], **dict(zip(keywords, given[positional:], strict=True))
             )
-        except TypeError:  # the host refused the arguments themselves: its message as it is
-            raise exc from None
+        except TypeError:  # the host refused the arguments themselves: its error as it is
+            return exc
         bound.apply_defaults()
-        error = self._failed(exc, before, list(bound.arguments.values()))
-        if error is exc:
-            raise exc
-        error.__context__ = exc
-        raise error
+        return self._failed(exc, before, list(bound.arguments.values()))
 
     def generate(self) -> Callable[..., Any]:
         """The wrapper, with ``host``'s parameters.

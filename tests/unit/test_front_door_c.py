@@ -9,6 +9,8 @@ token while it runs, what a failure raises, and every call that the C form hands
 from __future__ import annotations
 
 import copy
+import functools
+import gc
 import inspect
 import threading
 from collections.abc import Callable
@@ -74,6 +76,18 @@ def test_the_public_calls_are_c_doors_with_the_face_of_their_host() -> None:
         assert f"<function {name} " in repr(call)
         assert inspect.getsource(call) == inspect.getsource(host)
         assert copy.copy(call) is call and copy.deepcopy({"call": call})["call"] is call
+
+
+def test_a_door_whose_name_is_not_a_str_still_has_a_repr() -> None:
+    _, c = both(Probe())
+    functools.update_wrapper(c, Probe.host)
+    for name in (5, b"probe", None):
+        c.__qualname__ = name
+        assert repr(c) == "<function (mpicomm front door)>"
+        with pytest.raises(TypeError, match="__qualname__"):
+            copy.copy(c)
+    c.__qualname__ = "probe"
+    assert repr(c) == "<function probe (mpicomm front door)>" and copy.copy(c) is c
 
 
 @pytest.mark.parametrize(
@@ -143,16 +157,21 @@ def test_a_failing_host_raises_what_the_python_wrapper_raises_and_its_token_leav
     raised = []
     for form in both(Probe(raises=(error := made[kind]()))):
         with pytest.raises(BaseException) as info:
-            form(np.zeros(2), async_op=False)
+            try:  # called while the caller handles an error of its own: the context stays the call's
+                raise ValueError("the caller's")
+            except ValueError:
+                form(np.zeros(2), async_op=False)
         raised.append(info.value)
         assert not [t for t in watchdog._live if t[1].name == "probe"]
     py, c = raised
     assert type(py) is type(c) and str(py) == str(c)
     if kind == "mpi-error":
         assert isinstance(c, CommunicationError) and c.__cause__ is error
+        assert py.__context__ is c.__context__ is error
         assert str(c).startswith("probe: MPI reported an error")
     else:
         assert c is error
+        assert type(c.__context__) is ValueError  # raised as it came, with the caller's as context
 
 
 def test_a_call_from_another_thread_below_multiple_is_refused_by_both(
@@ -177,3 +196,57 @@ def test_a_call_from_another_thread_below_multiple_is_refused_by_both(
     assert probe.seen == []
     for form in both(probe):  # the owner's own calls go on
         assert form(np.zeros(2)) == "done"
+
+
+def test_a_call_from_another_thread_during_the_tokens_allocation_leaves_this_calls_token_intact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cached thread ident stays alive while the token is made, whatever runs meanwhile.
+
+    On CPython 3.10 and 3.11 the token's allocation may collect garbage, and a collection runs
+    Python code (here a ``gc.callbacks`` hook) in which another thread calls the door and replaces
+    the cached ident: the token must still hold this thread's ident, never a freed int.
+    """
+    monkeypatch.setattr(watchdog._Threads, "owner", None)  # MPI_THREAD_MULTIPLE: any thread may call
+    held: list[int] = []
+    errors: list[BaseException] = []
+
+    def host(tensor: Any, group: Any = None) -> int:
+        held.extend(t[0] for t in watchdog._live if t[1].name == "probe")
+        return 1
+
+    plan = door._Plan("probe", host, {"tensor": door.BOTH}, None, None, None, True, None)
+    c = plan.in_c(plan.generate())
+    x = np.zeros(2)
+    armed = [False]
+
+    def other_thread_calls(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and armed[0]:
+            armed[0] = False
+            th = threading.Thread(target=lambda: errors.extend(_raised(c, x)))
+            th.start()
+            th.join()
+
+    keep = [(i, i, i, i) for i in range(100_000)]  # no free 4-tuple: the token's is a new allocation
+    threshold = gc.get_threshold()
+    gc.callbacks.append(other_thread_calls)
+    try:
+        gc.collect()
+        gc.set_threshold(1)
+        armed[0] = True
+        assert c(x) == 1
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(other_thread_calls)
+    del keep
+    assert errors == [] and len(held) == 2  # the other thread's call, then this one's
+    assert held[-1] == threading.get_ident() and held[0] != held[-1]
+    assert [type(t[0]) for t in watchdog._live] == [int] * len(watchdog._live)
+
+
+def _raised(call: Callable[..., Any], *args: Any) -> list[BaseException]:
+    try:
+        call(*args)
+    except BaseException as exc:  # reported to the test's thread
+        return [exc]
+    return []
