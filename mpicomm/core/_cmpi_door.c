@@ -12,8 +12,9 @@
  *   3. the watchdog's token (thread ident, site, group, None) is on the live list while the host
  *      implementation runs with the caller's own arguments;
  *   4. an Exception the host raises goes to `failed(exc, before, args, kwnames)`, a Python function
- *      that returns what the Python wrapper raises (after the validation exchange where one is
- *      due): exc itself, or a CommunicationError raised here with exc as its context.
+ *      that returns what the Python wrapper raises (mpicomm.core.calls.failed: after the validation
+ *      exchange where one is due): exc itself, or a CommunicationError raised here with exc as its
+ *      context.
  *
  * It is not a function object, so it carries a __dict__ (functools.update_wrapper fills __name__,
  * __doc__, __wrapped__...) and is a non-data descriptor that returns itself, as builtin functions
@@ -232,43 +233,27 @@ slow:
     return PyObject_Vectorcall(d->fallback, args, nargsf, kwnames);
 }
 
+/* The object fields a Door holds a reference to (its __dict__ apart): visited, cleared and set from
+ * one list. */
+#define DOOR_OBJECTS(X)                                                                            \
+    X(host) X(fallback) X(failed) X(site) X(live) X(threads) X(state) X(ndarray) X(kinds) X(plain) \
+        X(list_kind) X(names) X(defaults) X(missing)
+
 static int door_traverse(PyObject *self, visitproc visit, void *arg) {
     Door *d = (Door *)self;
     Py_VISIT(d->dict);
-    Py_VISIT(d->host);
-    Py_VISIT(d->fallback);
-    Py_VISIT(d->failed);
-    Py_VISIT(d->site);
-    Py_VISIT(d->live);
-    Py_VISIT(d->threads);
-    Py_VISIT(d->state);
-    Py_VISIT(d->ndarray);
-    Py_VISIT(d->kinds);
-    Py_VISIT(d->plain);
-    Py_VISIT(d->list_kind);
-    Py_VISIT(d->names);
-    Py_VISIT(d->defaults);
-    Py_VISIT(d->missing);
+#define VISIT(f) Py_VISIT(d->f);
+    DOOR_OBJECTS(VISIT)
+#undef VISIT
     return 0;
 }
 
 static int door_clear(PyObject *self) {
     Door *d = (Door *)self;
     Py_CLEAR(d->dict);
-    Py_CLEAR(d->host);
-    Py_CLEAR(d->fallback);
-    Py_CLEAR(d->failed);
-    Py_CLEAR(d->site);
-    Py_CLEAR(d->live);
-    Py_CLEAR(d->threads);
-    Py_CLEAR(d->state);
-    Py_CLEAR(d->ndarray);
-    Py_CLEAR(d->kinds);
-    Py_CLEAR(d->plain);
-    Py_CLEAR(d->list_kind);
-    Py_CLEAR(d->names);
-    Py_CLEAR(d->defaults);
-    Py_CLEAR(d->missing);
+#define CLEAR(f) Py_CLEAR(d->f);
+    DOOR_OBJECTS(CLEAR)
+#undef CLEAR
     return 0;
 }
 
@@ -374,14 +359,9 @@ HIDDEN PyObject *cmpi_door(PyObject *module, PyObject *args) {
     if (d == NULL) return NULL;
     d->vectorcall = door_call;
     d->dict = NULL;
-    PyObject **fields[] = {&d->host, &d->fallback, &d->failed, &d->site, &d->live, &d->threads, &d->state,
-                           &d->ndarray, &d->kinds, &d->plain, &d->list_kind, &d->names, &d->defaults, &d->missing};
-    PyObject *values[] = {tmp.host, tmp.fallback, tmp.failed, tmp.site, tmp.live, tmp.threads, tmp.state,
-                          tmp.ndarray, tmp.kinds, tmp.plain, tmp.list_kind, tmp.names, tmp.defaults, tmp.missing};
-    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
-        Py_INCREF(values[i]);
-        *fields[i] = values[i];
-    }
+#define SET(f) d->f = Py_NewRef(tmp.f);
+    DOOR_OBJECTS(SET)
+#undef SET
     memcpy(d->arrays, tmp.arrays, sizeof(d->arrays));
     d->n_arrays = (int)na;
     d->owner_at = tmp.owner_at;
