@@ -104,6 +104,7 @@ __all__ = [
     "send",
     "sendrecv",
     "sendrecv_checked",
+    "switched_off",
 ]
 
 
@@ -114,7 +115,7 @@ def _unbound(*args: Any) -> Any:
 allreduce = reduce = bcast = allgather = reduce_scatter_block = alltoall = alltoallv = send = recv = _unbound
 sendrecv = sendrecv_checked = _unbound
 allgather_list = reduce_scatter_list = gather_list = exchange = jagged = kjt_repeat = _unbound
-_NAMES = tuple(name for name in __all__ if name not in ("bind", "bound"))  # the C functions
+_NAMES = tuple(name for name in __all__ if name not in ("bind", "bound", "switched_off"))  # the C functions
 _why = "not bound yet (MPI not started)"
 
 
@@ -130,6 +131,18 @@ def bound() -> str | None:
     return None if allreduce is not _unbound else _why
 
 
+def switched_off() -> bool:
+    """Whether ``MPICOMM_C`` switches the C module off (``0``, ``off``, ``no`` or ``false``).
+
+    Then neither its MPI calls (:func:`bind`) nor the front door's C form are used.
+
+    Example:
+        >>> isinstance(switched_off(), bool)
+        True
+    """
+    return os.environ.get("MPICOMM_C", "1").strip() in ("0", "off", "no", "false")
+
+
 def bind() -> None:
     """Bind the C module to the running MPI; leave the mpi4py path in place if anything is off.
 
@@ -138,7 +151,7 @@ def bind() -> None:
     global _why
     if allreduce is not _unbound:
         return
-    if os.environ.get("MPICOMM_C", "1").strip() in ("0", "off", "no", "false"):
+    if switched_off():
         _why = "switched off (MPICOMM_C=0)"
         return
     try:

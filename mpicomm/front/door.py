@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 
-from ..core import validation, watchdog
+from ..core import cmpi, validation, watchdog
 from ..core.calls import check_flag, failed
 from ..core.work import Work
 from . import kinds
@@ -154,14 +153,8 @@ class _Plan:
         """
         keywords = kwnames or ()
         positional = len(given) - len(keywords)
-        try:
-            bound = self.signature.bind(
-                *given[:positional], **dict(zip(keywords, given[positional:], strict=True))
-            )
-        except TypeError:  # the host refused the arguments themselves: its error as it is
-            return exc
-        bound.apply_defaults()
-        return self._failed(exc, before, list(bound.arguments.values()))
+        kwargs = dict(zip(keywords, given[positional:], strict=True))
+        return failed(self.fn, exc, before, self.validated, self.signature, given[:positional], kwargs)
 
     def generate(self) -> Callable[..., Any]:
         """The wrapper, with ``host``'s parameters.
@@ -334,7 +327,7 @@ _MISSING = object()  # the C door's mark of a parameter without a default
 @functools.lru_cache(maxsize=1)
 def _c_doors() -> bool:
     """Whether public calls get the C door: the C module is built and not switched off (``MPICOMM_C=0``)."""
-    if os.environ.get("MPICOMM_C", "1").strip().lower() in ("0", "off", "no", "false"):
+    if cmpi.switched_off():
         return False
     try:
         from ..core import _cmpi  # type: ignore[attr-defined]
