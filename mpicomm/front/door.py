@@ -22,7 +22,7 @@ Where each part is:
 - the Python wrapper of each call, with the host's own parameters, is a function in
   ``mpicomm/front/_doors.py``, written ahead of time by ``python -m mpicomm.front.gen_doors``
   (:mod:`mpicomm.front.gen_doors`): numpy and torch CPU tensors inline, the rest to
-  :meth:`_Plan.slow`, here;
+  ``_Plan.slow``, here;
 - what the wrappers call besides the host is in :mod:`mpicomm.front.door_parts`;
 - the C form, ``mpicomm/front/_door.c`` (the extension ``mpicomm.front._door``): where it is built
   and ``MPICOMM_C`` is not 0, the public call is a ``Door`` that serves a call whose arrays are
