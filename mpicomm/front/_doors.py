@@ -24,9 +24,11 @@ import numpy as np
 
 from ..core import validation, watchdog
 from . import kinds
+from .door_parts import PLAIN_SCALAR as _PLAIN
+from .door_parts import VIEWS
+from .door_parts import all_numpy as _all_numpy
 from .door_parts import answer as _answer
-from .door_parts import kept_view as _kept_view
-from .door_parts import numpy_like as _numpy
+from .door_parts import torch_numpy as _torch_numpy
 
 if TYPE_CHECKING:
     from .door import _Plan
@@ -40,6 +42,8 @@ _pop = watchdog._live.remove
 _get = kinds._KINDS.get
 _ND = np.ndarray
 _TORCH = kinds.TORCH
+_LIST = kinds.LIST
+_views = VIEWS.get  # a CPU tensor's kept view: (tensor, view, pointer, shape, strides, dtype, size)
 
 
 def all_gather(plan: _Plan) -> Callable[..., Any]:
@@ -55,19 +59,49 @@ def all_gather(plan: _Plan) -> Callable[..., Any]:
         _push(_tok)
         try:
             if (
-                (type(tensor_list) is _ND or _numpy(tensor_list))
-                and (type(tensor) is _ND or _numpy(tensor))
+                (
+                    type(tensor_list) is _ND
+                    or (_k_tensor_list := _get(type(tensor_list))) in _PLAIN
+                    or (_k_tensor_list is _LIST and _all_numpy(tensor_list))
+                )
+                and (
+                    type(tensor) is _ND
+                    or (_k_tensor := _get(type(tensor))) in _PLAIN
+                    or (_k_tensor is _LIST and _all_numpy(tensor))
+                )
                 and (async_op is False or async_op is True)
             ):
                 return _host(tensor_list, tensor, group, async_op)
             if (
-                _get(type(tensor_list)) is _TORCH
+                type(tensor_list) is not _ND and _k_tensor_list is _TORCH
                 and _get(type(tensor)) is _TORCH
                 and (async_op is False or async_op is True)
             ):
                 try:
-                    _v_tensor_list = _kept_view(tensor_list)
-                    _v_tensor = _kept_view(tensor)
+                    _e = _views(id(tensor_list))
+                    if (
+                        _e is not None
+                        and tensor_list.data_ptr() == _e[2]
+                        and tensor_list.shape == _e[3]
+                        and tensor_list.stride() == _e[4]
+                        and tensor_list.dtype is _e[5]
+                        and tensor_list.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor_list = _e[1]
+                    else:
+                        _v_tensor_list = _torch_numpy(tensor_list)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor_list, tensor, group, async_op])
                 out = _host(_v_tensor_list, _v_tensor, group, async_op)
@@ -101,19 +135,49 @@ def all_gather_coalesced(plan: _Plan) -> Callable[..., Any]:
         _push(_tok)
         try:
             if (
-                (type(output_tensors) is _ND or _numpy(output_tensors))
-                and (type(input_tensor_list) is _ND or _numpy(input_tensor_list))
+                (
+                    type(output_tensors) is _ND
+                    or (_k_output_tensors := _get(type(output_tensors))) in _PLAIN
+                    or (_k_output_tensors is _LIST and _all_numpy(output_tensors))
+                )
+                and (
+                    type(input_tensor_list) is _ND
+                    or (_k_input_tensor_list := _get(type(input_tensor_list))) in _PLAIN
+                    or (_k_input_tensor_list is _LIST and _all_numpy(input_tensor_list))
+                )
                 and (async_op is False or async_op is True)
             ):
                 return _host(output_tensors, input_tensor_list, group, async_op)
             if (
-                _get(type(output_tensors)) is _TORCH
+                type(output_tensors) is not _ND and _k_output_tensors is _TORCH
                 and _get(type(input_tensor_list)) is _TORCH
                 and (async_op is False or async_op is True)
             ):
                 try:
-                    _v_output_tensors = _kept_view(output_tensors)
-                    _v_input_tensor_list = _kept_view(input_tensor_list)
+                    _e = _views(id(output_tensors))
+                    if (
+                        _e is not None
+                        and output_tensors.data_ptr() == _e[2]
+                        and output_tensors.shape == _e[3]
+                        and output_tensors.stride() == _e[4]
+                        and output_tensors.dtype is _e[5]
+                        and output_tensors.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_output_tensors = _e[1]
+                    else:
+                        _v_output_tensors = _torch_numpy(output_tensors)
+                    _e = _views(id(input_tensor_list))
+                    if (
+                        _e is not None
+                        and input_tensor_list.data_ptr() == _e[2]
+                        and input_tensor_list.shape == _e[3]
+                        and input_tensor_list.stride() == _e[4]
+                        and input_tensor_list.dtype is _e[5]
+                        and input_tensor_list.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_input_tensor_list = _e[1]
+                    else:
+                        _v_input_tensor_list = _torch_numpy(input_tensor_list)
                 except (RuntimeError, TypeError):
                     return _slow([output_tensors, input_tensor_list, group, async_op])
                 out = _host(_v_output_tensors, _v_input_tensor_list, group, async_op)
@@ -150,19 +214,49 @@ def all_gather_into_tensor(plan: _Plan) -> Callable[..., Any]:
         _push(_tok)
         try:
             if (
-                (type(output_tensor) is _ND or _numpy(output_tensor))
-                and (type(input_tensor) is _ND or _numpy(input_tensor))
+                (
+                    type(output_tensor) is _ND
+                    or (_k_output_tensor := _get(type(output_tensor))) in _PLAIN
+                    or (_k_output_tensor is _LIST and _all_numpy(output_tensor))
+                )
+                and (
+                    type(input_tensor) is _ND
+                    or (_k_input_tensor := _get(type(input_tensor))) in _PLAIN
+                    or (_k_input_tensor is _LIST and _all_numpy(input_tensor))
+                )
                 and (async_op is False or async_op is True)
             ):
                 return _host(output_tensor, input_tensor, group, async_op)
             if (
-                _get(type(output_tensor)) is _TORCH
+                type(output_tensor) is not _ND and _k_output_tensor is _TORCH
                 and _get(type(input_tensor)) is _TORCH
                 and (async_op is False or async_op is True)
             ):
                 try:
-                    _v_output_tensor = _kept_view(output_tensor)
-                    _v_input_tensor = _kept_view(input_tensor)
+                    _e = _views(id(output_tensor))
+                    if (
+                        _e is not None
+                        and output_tensor.data_ptr() == _e[2]
+                        and output_tensor.shape == _e[3]
+                        and output_tensor.stride() == _e[4]
+                        and output_tensor.dtype is _e[5]
+                        and output_tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_output_tensor = _e[1]
+                    else:
+                        _v_output_tensor = _torch_numpy(output_tensor)
+                    _e = _views(id(input_tensor))
+                    if (
+                        _e is not None
+                        and input_tensor.data_ptr() == _e[2]
+                        and input_tensor.shape == _e[3]
+                        and input_tensor.stride() == _e[4]
+                        and input_tensor.dtype is _e[5]
+                        and input_tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_input_tensor = _e[1]
+                    else:
+                        _v_input_tensor = _torch_numpy(input_tensor)
                 except (RuntimeError, TypeError):
                     return _slow([output_tensor, input_tensor, group, async_op])
                 out = _host(_v_output_tensor, _v_input_tensor, group, async_op)
@@ -193,11 +287,29 @@ def all_reduce(plan: _Plan) -> Callable[..., Any]:
             _other_thread()
         _push(_tok)
         try:
-            if (type(tensor) is _ND or _numpy(tensor)) and (async_op is False or async_op is True):
+            if (
+                (
+                    type(tensor) is _ND
+                    or (_k_tensor := _get(type(tensor))) in _PLAIN
+                    or (_k_tensor is _LIST and _all_numpy(tensor))
+                )
+                and (async_op is False or async_op is True)
+            ):
                 return _host(tensor, op, group, async_op)
-            if _get(type(tensor)) is _TORCH and (async_op is False or async_op is True):
+            if type(tensor) is not _ND and _k_tensor is _TORCH and (async_op is False or async_op is True):
                 try:
-                    _v_tensor = _kept_view(tensor)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, op, group, async_op])
                 out = _host(_v_tensor, op, group, async_op)
@@ -228,11 +340,29 @@ def all_reduce_coalesced(plan: _Plan) -> Callable[..., Any]:
             _other_thread()
         _push(_tok)
         try:
-            if (type(tensors) is _ND or _numpy(tensors)) and (async_op is False or async_op is True):
+            if (
+                (
+                    type(tensors) is _ND
+                    or (_k_tensors := _get(type(tensors))) in _PLAIN
+                    or (_k_tensors is _LIST and _all_numpy(tensors))
+                )
+                and (async_op is False or async_op is True)
+            ):
                 return _host(tensors, op, group, async_op)
-            if _get(type(tensors)) is _TORCH and (async_op is False or async_op is True):
+            if type(tensors) is not _ND and _k_tensors is _TORCH and (async_op is False or async_op is True):
                 try:
-                    _v_tensors = _kept_view(tensors)
+                    _e = _views(id(tensors))
+                    if (
+                        _e is not None
+                        and tensors.data_ptr() == _e[2]
+                        and tensors.shape == _e[3]
+                        and tensors.stride() == _e[4]
+                        and tensors.dtype is _e[5]
+                        and tensors.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensors = _e[1]
+                    else:
+                        _v_tensors = _torch_numpy(tensors)
                 except (RuntimeError, TypeError):
                     return _slow([tensors, op, group, async_op])
                 out = _host(_v_tensors, op, group, async_op)
@@ -264,19 +394,49 @@ def all_to_all(plan: _Plan) -> Callable[..., Any]:
         _push(_tok)
         try:
             if (
-                (type(output_tensor_list) is _ND or _numpy(output_tensor_list))
-                and (type(input_tensor_list) is _ND or _numpy(input_tensor_list))
+                (
+                    type(output_tensor_list) is _ND
+                    or (_k_output_tensor_list := _get(type(output_tensor_list))) in _PLAIN
+                    or (_k_output_tensor_list is _LIST and _all_numpy(output_tensor_list))
+                )
+                and (
+                    type(input_tensor_list) is _ND
+                    or (_k_input_tensor_list := _get(type(input_tensor_list))) in _PLAIN
+                    or (_k_input_tensor_list is _LIST and _all_numpy(input_tensor_list))
+                )
                 and (async_op is False or async_op is True)
             ):
                 return _host(output_tensor_list, input_tensor_list, group, async_op)
             if (
-                _get(type(output_tensor_list)) is _TORCH
+                type(output_tensor_list) is not _ND and _k_output_tensor_list is _TORCH
                 and _get(type(input_tensor_list)) is _TORCH
                 and (async_op is False or async_op is True)
             ):
                 try:
-                    _v_output_tensor_list = _kept_view(output_tensor_list)
-                    _v_input_tensor_list = _kept_view(input_tensor_list)
+                    _e = _views(id(output_tensor_list))
+                    if (
+                        _e is not None
+                        and output_tensor_list.data_ptr() == _e[2]
+                        and output_tensor_list.shape == _e[3]
+                        and output_tensor_list.stride() == _e[4]
+                        and output_tensor_list.dtype is _e[5]
+                        and output_tensor_list.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_output_tensor_list = _e[1]
+                    else:
+                        _v_output_tensor_list = _torch_numpy(output_tensor_list)
+                    _e = _views(id(input_tensor_list))
+                    if (
+                        _e is not None
+                        and input_tensor_list.data_ptr() == _e[2]
+                        and input_tensor_list.shape == _e[3]
+                        and input_tensor_list.stride() == _e[4]
+                        and input_tensor_list.dtype is _e[5]
+                        and input_tensor_list.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_input_tensor_list = _e[1]
+                    else:
+                        _v_input_tensor_list = _torch_numpy(input_tensor_list)
                 except (RuntimeError, TypeError):
                     return _slow([output_tensor_list, input_tensor_list, group, async_op])
                 out = _host(_v_output_tensor_list, _v_input_tensor_list, group, async_op)
@@ -315,19 +475,49 @@ def all_to_all_single(plan: _Plan) -> Callable[..., Any]:
         _push(_tok)
         try:
             if (
-                (type(output) is _ND or _numpy(output))
-                and (type(input) is _ND or _numpy(input))
+                (
+                    type(output) is _ND
+                    or (_k_output := _get(type(output))) in _PLAIN
+                    or (_k_output is _LIST and _all_numpy(output))
+                )
+                and (
+                    type(input) is _ND
+                    or (_k_input := _get(type(input))) in _PLAIN
+                    or (_k_input is _LIST and _all_numpy(input))
+                )
                 and (async_op is False or async_op is True)
             ):
                 return _host(output, input, output_split_sizes, input_split_sizes, group, async_op)
             if (
-                _get(type(output)) is _TORCH
+                type(output) is not _ND and _k_output is _TORCH
                 and _get(type(input)) is _TORCH
                 and (async_op is False or async_op is True)
             ):
                 try:
-                    _v_output = _kept_view(output)
-                    _v_input = _kept_view(input)
+                    _e = _views(id(output))
+                    if (
+                        _e is not None
+                        and output.data_ptr() == _e[2]
+                        and output.shape == _e[3]
+                        and output.stride() == _e[4]
+                        and output.dtype is _e[5]
+                        and output.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_output = _e[1]
+                    else:
+                        _v_output = _torch_numpy(output)
+                    _e = _views(id(input))
+                    if (
+                        _e is not None
+                        and input.data_ptr() == _e[2]
+                        and input.shape == _e[3]
+                        and input.stride() == _e[4]
+                        and input.dtype is _e[5]
+                        and input.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_input = _e[1]
+                    else:
+                        _v_input = _torch_numpy(input)
                 except (RuntimeError, TypeError):
                     return _slow([output, input, output_split_sizes, input_split_sizes, group, async_op])
                 out = _host(_v_output, _v_input, output_split_sizes, input_split_sizes, group, async_op)
@@ -368,11 +558,29 @@ def broadcast(plan: _Plan) -> Callable[..., Any]:
             _other_thread()
         _push(_tok)
         try:
-            if (type(tensor) is _ND or _numpy(tensor)) and (async_op is False or async_op is True):
+            if (
+                (
+                    type(tensor) is _ND
+                    or (_k_tensor := _get(type(tensor))) in _PLAIN
+                    or (_k_tensor is _LIST and _all_numpy(tensor))
+                )
+                and (async_op is False or async_op is True)
+            ):
                 return _host(tensor, src, group, async_op, group_src)
-            if _get(type(tensor)) is _TORCH and (async_op is False or async_op is True):
+            if type(tensor) is not _ND and _k_tensor is _TORCH and (async_op is False or async_op is True):
                 try:
-                    _v_tensor = _kept_view(tensor)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, src, group, async_op, group_src])
                 out = _host(_v_tensor, src, group, async_op, group_src)
@@ -406,19 +614,49 @@ def gather(plan: _Plan) -> Callable[..., Any]:
         _push(_tok)
         try:
             if (
-                (type(tensor) is _ND or _numpy(tensor))
-                and (type(gather_list) is _ND or _numpy(gather_list))
+                (
+                    type(tensor) is _ND
+                    or (_k_tensor := _get(type(tensor))) in _PLAIN
+                    or (_k_tensor is _LIST and _all_numpy(tensor))
+                )
+                and (
+                    type(gather_list) is _ND
+                    or (_k_gather_list := _get(type(gather_list))) in _PLAIN
+                    or (_k_gather_list is _LIST and _all_numpy(gather_list))
+                )
                 and (async_op is False or async_op is True)
             ):
                 return _host(tensor, gather_list, dst, group, async_op, group_dst)
             if (
-                _get(type(tensor)) is _TORCH
+                type(tensor) is not _ND and _k_tensor is _TORCH
                 and _get(type(gather_list)) is _TORCH
                 and (async_op is False or async_op is True)
             ):
                 try:
-                    _v_tensor = _kept_view(tensor)
-                    _v_gather_list = _kept_view(gather_list)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
+                    _e = _views(id(gather_list))
+                    if (
+                        _e is not None
+                        and gather_list.data_ptr() == _e[2]
+                        and gather_list.shape == _e[3]
+                        and gather_list.stride() == _e[4]
+                        and gather_list.dtype is _e[5]
+                        and gather_list.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_gather_list = _e[1]
+                    else:
+                        _v_gather_list = _torch_numpy(gather_list)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, gather_list, dst, group, async_op, group_dst])
                 out = _host(_v_tensor, _v_gather_list, dst, group, async_op, group_dst)
@@ -452,11 +690,26 @@ def irecv(plan: _Plan) -> Callable[..., Any]:
             _other_thread()
         _push(_tok)
         try:
-            if (type(tensor) is _ND or _numpy(tensor)):
+            if (
+                type(tensor) is _ND
+                or (_k_tensor := _get(type(tensor))) in _PLAIN
+                or (_k_tensor is _LIST and _all_numpy(tensor))
+            ):
                 return _host(tensor, src, group, tag, group_src)
-            if _get(type(tensor)) is _TORCH:
+            if type(tensor) is not _ND and _k_tensor is _TORCH:
                 try:
-                    _v_tensor = _kept_view(tensor)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, src, group, tag, group_src])
                 out = _host(_v_tensor, src, group, tag, group_src)
@@ -488,11 +741,26 @@ def isend(plan: _Plan) -> Callable[..., Any]:
             _other_thread()
         _push(_tok)
         try:
-            if (type(tensor) is _ND or _numpy(tensor)):
+            if (
+                type(tensor) is _ND
+                or (_k_tensor := _get(type(tensor))) in _PLAIN
+                or (_k_tensor is _LIST and _all_numpy(tensor))
+            ):
                 return _host(tensor, dst, group, tag, group_dst)
-            if _get(type(tensor)) is _TORCH:
+            if type(tensor) is not _ND and _k_tensor is _TORCH:
                 try:
-                    _v_tensor = _kept_view(tensor)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, dst, group, tag, group_dst])
                 out = _host(_v_tensor, dst, group, tag, group_dst)
@@ -525,19 +793,49 @@ def jagged_all_to_all(plan: _Plan) -> Callable[..., Any]:
         _push(_tok)
         try:
             if (
-                (type(values) is _ND or _numpy(values))
-                and (type(lengths) is _ND or _numpy(lengths))
+                (
+                    type(values) is _ND
+                    or (_k_values := _get(type(values))) in _PLAIN
+                    or (_k_values is _LIST and _all_numpy(values))
+                )
+                and (
+                    type(lengths) is _ND
+                    or (_k_lengths := _get(type(lengths))) in _PLAIN
+                    or (_k_lengths is _LIST and _all_numpy(lengths))
+                )
                 and (async_op is False or async_op is True)
             ):
                 return _host(values, lengths, send_splits, group, async_op)
             if (
-                _get(type(values)) is _TORCH
+                type(values) is not _ND and _k_values is _TORCH
                 and _get(type(lengths)) is _TORCH
                 and (async_op is False or async_op is True)
             ):
                 try:
-                    _v_values = _kept_view(values)
-                    _v_lengths = _kept_view(lengths)
+                    _e = _views(id(values))
+                    if (
+                        _e is not None
+                        and values.data_ptr() == _e[2]
+                        and values.shape == _e[3]
+                        and values.stride() == _e[4]
+                        and values.dtype is _e[5]
+                        and values.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_values = _e[1]
+                    else:
+                        _v_values = _torch_numpy(values)
+                    _e = _views(id(lengths))
+                    if (
+                        _e is not None
+                        and lengths.data_ptr() == _e[2]
+                        and lengths.shape == _e[3]
+                        and lengths.stride() == _e[4]
+                        and lengths.dtype is _e[5]
+                        and lengths.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_lengths = _e[1]
+                    else:
+                        _v_lengths = _torch_numpy(lengths)
                 except (RuntimeError, TypeError):
                     return _slow([values, lengths, send_splits, group, async_op])
                 out = _host(_v_values, _v_lengths, send_splits, group, async_op)
@@ -571,11 +869,26 @@ def recv(plan: _Plan) -> Callable[..., Any]:
             _other_thread()
         _push(_tok)
         try:
-            if (type(tensor) is _ND or _numpy(tensor)):
+            if (
+                type(tensor) is _ND
+                or (_k_tensor := _get(type(tensor))) in _PLAIN
+                or (_k_tensor is _LIST and _all_numpy(tensor))
+            ):
                 return _host(tensor, src, group, tag, group_src)
-            if _get(type(tensor)) is _TORCH:
+            if type(tensor) is not _ND and _k_tensor is _TORCH:
                 try:
-                    _v_tensor = _kept_view(tensor)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, src, group, tag, group_src])
                 out = _host(_v_tensor, src, group, tag, group_src)
@@ -608,11 +921,29 @@ def reduce(plan: _Plan) -> Callable[..., Any]:
             _other_thread()
         _push(_tok)
         try:
-            if (type(tensor) is _ND or _numpy(tensor)) and (async_op is False or async_op is True):
+            if (
+                (
+                    type(tensor) is _ND
+                    or (_k_tensor := _get(type(tensor))) in _PLAIN
+                    or (_k_tensor is _LIST and _all_numpy(tensor))
+                )
+                and (async_op is False or async_op is True)
+            ):
                 return _host(tensor, dst, op, group, async_op, group_dst)
-            if _get(type(tensor)) is _TORCH and (async_op is False or async_op is True):
+            if type(tensor) is not _ND and _k_tensor is _TORCH and (async_op is False or async_op is True):
                 try:
-                    _v_tensor = _kept_view(tensor)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, dst, op, group, async_op, group_dst])
                 out = _host(_v_tensor, dst, op, group, async_op, group_dst)
@@ -645,19 +976,49 @@ def reduce_scatter(plan: _Plan) -> Callable[..., Any]:
         _push(_tok)
         try:
             if (
-                (type(output) is _ND or _numpy(output))
-                and (type(input_list) is _ND or _numpy(input_list))
+                (
+                    type(output) is _ND
+                    or (_k_output := _get(type(output))) in _PLAIN
+                    or (_k_output is _LIST and _all_numpy(output))
+                )
+                and (
+                    type(input_list) is _ND
+                    or (_k_input_list := _get(type(input_list))) in _PLAIN
+                    or (_k_input_list is _LIST and _all_numpy(input_list))
+                )
                 and (async_op is False or async_op is True)
             ):
                 return _host(output, input_list, op, group, async_op)
             if (
-                _get(type(output)) is _TORCH
+                type(output) is not _ND and _k_output is _TORCH
                 and _get(type(input_list)) is _TORCH
                 and (async_op is False or async_op is True)
             ):
                 try:
-                    _v_output = _kept_view(output)
-                    _v_input_list = _kept_view(input_list)
+                    _e = _views(id(output))
+                    if (
+                        _e is not None
+                        and output.data_ptr() == _e[2]
+                        and output.shape == _e[3]
+                        and output.stride() == _e[4]
+                        and output.dtype is _e[5]
+                        and output.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_output = _e[1]
+                    else:
+                        _v_output = _torch_numpy(output)
+                    _e = _views(id(input_list))
+                    if (
+                        _e is not None
+                        and input_list.data_ptr() == _e[2]
+                        and input_list.shape == _e[3]
+                        and input_list.stride() == _e[4]
+                        and input_list.dtype is _e[5]
+                        and input_list.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_input_list = _e[1]
+                    else:
+                        _v_input_list = _torch_numpy(input_list)
                 except (RuntimeError, TypeError):
                     return _slow([output, input_list, op, group, async_op])
                 out = _host(_v_output, _v_input_list, op, group, async_op)
@@ -692,19 +1053,49 @@ def reduce_scatter_tensor(plan: _Plan) -> Callable[..., Any]:
         _push(_tok)
         try:
             if (
-                (type(output) is _ND or _numpy(output))
-                and (type(input) is _ND or _numpy(input))
+                (
+                    type(output) is _ND
+                    or (_k_output := _get(type(output))) in _PLAIN
+                    or (_k_output is _LIST and _all_numpy(output))
+                )
+                and (
+                    type(input) is _ND
+                    or (_k_input := _get(type(input))) in _PLAIN
+                    or (_k_input is _LIST and _all_numpy(input))
+                )
                 and (async_op is False or async_op is True)
             ):
                 return _host(output, input, op, group, async_op)
             if (
-                _get(type(output)) is _TORCH
+                type(output) is not _ND and _k_output is _TORCH
                 and _get(type(input)) is _TORCH
                 and (async_op is False or async_op is True)
             ):
                 try:
-                    _v_output = _kept_view(output)
-                    _v_input = _kept_view(input)
+                    _e = _views(id(output))
+                    if (
+                        _e is not None
+                        and output.data_ptr() == _e[2]
+                        and output.shape == _e[3]
+                        and output.stride() == _e[4]
+                        and output.dtype is _e[5]
+                        and output.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_output = _e[1]
+                    else:
+                        _v_output = _torch_numpy(output)
+                    _e = _views(id(input))
+                    if (
+                        _e is not None
+                        and input.data_ptr() == _e[2]
+                        and input.shape == _e[3]
+                        and input.stride() == _e[4]
+                        and input.dtype is _e[5]
+                        and input.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_input = _e[1]
+                    else:
+                        _v_input = _torch_numpy(input)
                 except (RuntimeError, TypeError):
                     return _slow([output, input, op, group, async_op])
                 out = _host(_v_output, _v_input, op, group, async_op)
@@ -740,19 +1131,49 @@ def scatter(plan: _Plan) -> Callable[..., Any]:
         _push(_tok)
         try:
             if (
-                (type(tensor) is _ND or _numpy(tensor))
-                and (type(scatter_list) is _ND or _numpy(scatter_list))
+                (
+                    type(tensor) is _ND
+                    or (_k_tensor := _get(type(tensor))) in _PLAIN
+                    or (_k_tensor is _LIST and _all_numpy(tensor))
+                )
+                and (
+                    type(scatter_list) is _ND
+                    or (_k_scatter_list := _get(type(scatter_list))) in _PLAIN
+                    or (_k_scatter_list is _LIST and _all_numpy(scatter_list))
+                )
                 and (async_op is False or async_op is True)
             ):
                 return _host(tensor, scatter_list, src, group, async_op, group_src)
             if (
-                _get(type(tensor)) is _TORCH
+                type(tensor) is not _ND and _k_tensor is _TORCH
                 and _get(type(scatter_list)) is _TORCH
                 and (async_op is False or async_op is True)
             ):
                 try:
-                    _v_tensor = _kept_view(tensor)
-                    _v_scatter_list = _kept_view(scatter_list)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
+                    _e = _views(id(scatter_list))
+                    if (
+                        _e is not None
+                        and scatter_list.data_ptr() == _e[2]
+                        and scatter_list.shape == _e[3]
+                        and scatter_list.stride() == _e[4]
+                        and scatter_list.dtype is _e[5]
+                        and scatter_list.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_scatter_list = _e[1]
+                    else:
+                        _v_scatter_list = _torch_numpy(scatter_list)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, scatter_list, src, group, async_op, group_src])
                 out = _host(_v_tensor, _v_scatter_list, src, group, async_op, group_src)
@@ -786,11 +1207,26 @@ def send(plan: _Plan) -> Callable[..., Any]:
             _other_thread()
         _push(_tok)
         try:
-            if (type(tensor) is _ND or _numpy(tensor)):
+            if (
+                type(tensor) is _ND
+                or (_k_tensor := _get(type(tensor))) in _PLAIN
+                or (_k_tensor is _LIST and _all_numpy(tensor))
+            ):
                 return _host(tensor, dst, group, tag, group_dst)
-            if _get(type(tensor)) is _TORCH:
+            if type(tensor) is not _ND and _k_tensor is _TORCH:
                 try:
-                    _v_tensor = _kept_view(tensor)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, dst, group, tag, group_dst])
                 out = _host(_v_tensor, dst, group, tag, group_dst)
@@ -827,7 +1263,18 @@ def sendrecv(plan: _Plan) -> Callable[..., Any]:
             _other_thread()
         _push(_tok)
         try:
-            if (type(tensor) is _ND or _numpy(tensor)) and (type(recv_tensor) is _ND or _numpy(recv_tensor)):
+            if (
+                (
+                    type(tensor) is _ND
+                    or (_k_tensor := _get(type(tensor))) in _PLAIN
+                    or (_k_tensor is _LIST and _all_numpy(tensor))
+                )
+                and (
+                    type(recv_tensor) is _ND
+                    or (_k_recv_tensor := _get(type(recv_tensor))) in _PLAIN
+                    or (_k_recv_tensor is _LIST and _all_numpy(recv_tensor))
+                )
+            ):
                 return _host(
                     tensor,
                     recv_tensor,
@@ -840,10 +1287,32 @@ def sendrecv(plan: _Plan) -> Callable[..., Any]:
                     sendtag,
                     recvtag,
                 )
-            if _get(type(tensor)) is _TORCH and _get(type(recv_tensor)) is _TORCH:
+            if type(tensor) is not _ND and _k_tensor is _TORCH and _get(type(recv_tensor)) is _TORCH:
                 try:
-                    _v_tensor = _kept_view(tensor)
-                    _v_recv_tensor = _kept_view(recv_tensor)
+                    _e = _views(id(tensor))
+                    if (
+                        _e is not None
+                        and tensor.data_ptr() == _e[2]
+                        and tensor.shape == _e[3]
+                        and tensor.stride() == _e[4]
+                        and tensor.dtype is _e[5]
+                        and tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_tensor = _e[1]
+                    else:
+                        _v_tensor = _torch_numpy(tensor)
+                    _e = _views(id(recv_tensor))
+                    if (
+                        _e is not None
+                        and recv_tensor.data_ptr() == _e[2]
+                        and recv_tensor.shape == _e[3]
+                        and recv_tensor.stride() == _e[4]
+                        and recv_tensor.dtype is _e[5]
+                        and recv_tensor.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_recv_tensor = _e[1]
+                    else:
+                        _v_recv_tensor = _torch_numpy(recv_tensor)
                 except (RuntimeError, TypeError):
                     return _slow([
                         tensor,

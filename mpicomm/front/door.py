@@ -37,14 +37,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
 
 from ..core import calls, cmpi, validation, watchdog
-from . import _doors, kinds
+from . import kinds
 from .device import BOTH, READ, WRITE, Bound, on_device
 from .door_parts import PLAIN_SCALAR, answer
 
@@ -190,12 +192,12 @@ class _Plan:
                 call's roles (run ``python -m mpicomm.front.gen_doors``).
         """
         factory = getattr(_doors, self.fn, None)
-        if factory is not None and _doors.SHAPES.get(self.fn) == self.shape:
+        if factory is not None and _doors is not None and _doors.SHAPES.get(self.fn) == self.shape:
             made: Callable[..., Any] = factory(self)
             return made
         why = (
-            f"front_door: mpicomm/front/_doors.py holds no wrapper of {self.fn} for {self.shape}: "
-            "run python -m mpicomm.front.gen_doors"
+            f"front_door: mpicomm/front/_doors.py holds no wrapper of {self.fn} for {self.shape}"
+            f"{_DOORS_FAILED}: run python -m mpicomm.front.gen_doors"
         )
         if not _Regenerating.on:
             raise RuntimeError(why)
@@ -256,6 +258,20 @@ class _Plan:
 
 
 _MISSING = object()  # the C door's mark of a parameter without a default
+
+
+def _load_doors() -> tuple[ModuleType | None, str]:
+    """The wrappers' module, or None and why: one the generator has yet to rewrite may not import.
+
+    Every call then refuses to be made, naming the generator, which imports the calls regardless.
+    """
+    try:
+        return importlib.import_module(f"{__package__}._doors"), ""
+    except ImportError as exc:
+        return None, f" (it does not import: {exc})"
+
+
+_doors, _DOORS_FAILED = _load_doors()
 
 
 @functools.lru_cache(maxsize=1)

@@ -59,9 +59,11 @@ import numpy as np
 
 from ..core import validation, watchdog
 from . import kinds
+from .door_parts import PLAIN_SCALAR as _PLAIN
+from .door_parts import VIEWS
+from .door_parts import all_numpy as _all_numpy
 from .door_parts import answer as _answer
-from .door_parts import kept_view as _kept_view
-from .door_parts import numpy_like as _numpy
+from .door_parts import torch_numpy as _torch_numpy
 
 if TYPE_CHECKING:
     from .door import _Plan
@@ -75,6 +77,8 @@ _pop = watchdog._live.remove
 _get = kinds._KINDS.get
 _ND = np.ndarray
 _TORCH = kinds.TORCH
+_LIST = kinds.LIST
+_views = VIEWS.get  # a CPU tensor's kept view: (tensor, view, pointer, shape, strides, dtype, size)
 '''
 
 
@@ -132,8 +136,22 @@ def _factory(plan: door._Plan) -> Iterator[str]:
         viewed.append(f"{p.name}={given}" if p.kind is p.KEYWORD_ONLY else given)
     defaults = [f"_d_{p.name}" for p in params if p.default is not p.empty]
     flag = ["(async_op is False or async_op is True)"] if "async_op" in names else []
-    numpy_test = [f"(type({a}) is _ND or _numpy({a}))" for a in arrays] + flag
-    torch_test = [f"_get(type({a})) is _TORCH" for a in arrays] + flag
+    # a numpy array first, by identity: cheaper than the kinds' dictionary and the set
+    numpy_test: list[str | list[str]] = [
+        [
+            f"type({a}) is _ND",
+            f"(_k_{a} := _get(type({a}))) in _PLAIN",
+            f"(_k_{a} is _LIST and _all_numpy({a}))",
+        ]
+        for a in arrays
+    ]
+    numpy_test += flag
+    # the first argument's kind is bound unless it is a numpy array (the numpy test ran to it)
+    torch_test: list[str | list[str]] = [
+        f"type({a}) is not _ND and _k_{a} is _TORCH" if i == 0 else f"_get(type({a})) is _TORCH"
+        for i, a in enumerate(arrays)
+    ]
+    torch_test += flag
     seen = [f"id(_v_{a}): {a}" for a in arrays]
     group = "group" if "group" in names else "None"
 
@@ -157,7 +175,7 @@ def _factory(plan: door._Plan) -> Iterator[str]:
     yield from _condition(12, torch_test)
     yield "                try:"
     for a in arrays:
-        yield f"                    _v_{a} = _kept_view({a})"
+        yield from _kept_view(a)
     yield "                except (RuntimeError, TypeError):"
     yield from _fit(20, "return _slow([", names, "])")
     yield from _fit(16, "out = _host(", viewed, ")")
@@ -198,16 +216,45 @@ def _fit(indent: int, head: str, items: list[str], tail: str) -> Iterator[str]:
     yield pad + tail
 
 
-def _condition(indent: int, tests: list[str]) -> Iterator[str]:
-    """``if`` all of ``tests``: on one line if it fits, else one test to a line."""
+def _kept_view(a: str) -> list[str]:
+    """The lines that set ``_v_{a}`` to the numpy view of the CPU tensor ``a``: the kept one if unchanged."""
+    return [
+        f"                    _e = _views(id({a}))",
+        "                    if (",
+        "                        _e is not None",
+        f"                        and {a}.data_ptr() == _e[2]",
+        f"                        and {a}.shape == _e[3]",
+        f"                        and {a}.stride() == _e[4]",
+        f"                        and {a}.dtype is _e[5]",
+        f"                        and {a}.untyped_storage().nbytes() == _e[6]",
+        "                    ):",
+        f"                        _v_{a} = _e[1]",
+        "                    else:",
+        f"                        _v_{a} = _torch_numpy({a})",
+    ]
+
+
+def _condition(indent: int, tests: list[str | list[str]]) -> Iterator[str]:
+    """``if`` all of ``tests`` (a list: any of its parts): on one line if it fits, else one test to a line."""
     pad = " " * indent
-    line = f"{pad}if {' and '.join(tests)}:"
+    terms = [t if isinstance(t, str) else f"({' or '.join(t)})" for t in tests]
+    line = f"{pad}if {' and '.join(terms)}:"
     if len(line) <= WIDTH:
         yield line
         return
     yield f"{pad}if ("
-    for i, test in enumerate(tests):
-        yield f"{pad}    {'and ' if i else ''}{test}"
+    if len(tests) == 1 and not isinstance(tests[0], str):  # one test: its parts, in the if's own brackets
+        yield from (f"{pad}    {'or ' if j else ''}{part}" for j, part in enumerate(tests[0]))
+        yield f"{pad}):"
+        return
+    for i, (test, term) in enumerate(zip(tests, terms, strict=True)):
+        lead = f"{pad}    {'and ' if i else ''}"
+        if len(lead + term) <= WIDTH or isinstance(test, str):
+            yield lead + term
+            continue
+        yield lead + "("
+        yield from (f"{pad}        {'or ' if j else ''}{part}" for j, part in enumerate(test))
+        yield f"{pad}    )"
     yield f"{pad}):"
 
 

@@ -114,3 +114,17 @@ def test_the_generator_refuses_a_parameter_its_wrapper_uses_itself() -> None:
     plan = door._Plan("clash", clash, {"tensor": door.READ}, None, None, None, True)
     with pytest.raises(ValueError, match="clash has parameters \\['out'\\]"):
         gen_doors.render([plan])
+
+
+def test_a_wrappers_module_that_does_not_import_leaves_the_generator_a_way_in() -> None:
+    """A ``_doors.py`` older than what it imports: calls are refused by name, and the generator still runs."""
+    with mock.patch.object(door.importlib, "import_module", side_effect=ImportError("no name 'gone'")):
+        module, why = door._load_doors()
+    assert module is None and why == " (it does not import: no name 'gone')"
+    plan = door._Plan("all_reduce", host, {"tensor": door.BOTH}, None, None, None, True)
+    with (
+        mock.patch.object(door, "_doors", None),
+        mock.patch.object(door, "_DOORS_FAILED", why),
+        pytest.raises(RuntimeError, match=f"does not import: no name 'gone'.*{REGENERATE}"),
+    ):
+        plan.python()
