@@ -45,7 +45,7 @@ them is not the common case, for the Python path to finish (see ``_cmpi_jagged.c
 or False after the counts message when that differs from ``expect``.
 
 The front door's C form, which makes no MPI call, is an extension of its own beside the front door
-(``mpicomm/front/_door.c``, :mod:`mpicomm.front.door`); :func:`switched_off` turns both off.
+(``mpicomm/front/_door.c``, :mod:`mpicomm.front.door`); ``switched_off()`` turns both off.
 
 No buffer that is written may share memory with another, or the function returns ``NotImplemented``.
 
