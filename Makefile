@@ -43,7 +43,7 @@ help: ## list the targets
 # so that mpi4py finds the system libmpi instead of a wheel's).
 STAMP := $(VENV)/.installed-$(MPI)
 
-$(STAMP): setup.cfg pyproject.toml setup.py $(wildcard mpicomm/core/_cmpi*.[ch])
+$(STAMP): setup.cfg pyproject.toml setup.py $(wildcard mpicomm/core/_cmpi*.[ch]) mpicomm/front/_door.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "python3 -m venv failed: installing Debian's python3-venv"; \

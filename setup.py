@@ -1,8 +1,10 @@
-"""Build hook for the one C extension; everything else is in setup.cfg and pyproject.toml.
+"""Build hook for the two C extensions; everything else is in setup.cfg and pyproject.toml.
 
 ``mpicomm.core._cmpi`` makes the fast paths' MPI calls without mpi4py's argument parsing
-(see mpicomm/core/cmpi.py). It needs only a C compiler and Python's headers, no MPI headers, and
-it is optional: where it cannot be built, the install goes on and mpicomm calls MPI through mpi4py.
+(see mpicomm/core/cmpi.py); ``mpicomm.front._door`` is the front door's numpy path in C (see
+mpicomm/front/door.py). They need only a C compiler and Python's headers, no MPI headers, and
+they are optional: where they cannot be built, the install goes on and mpicomm calls MPI through
+mpi4py, behind the front door's Python wrappers.
 """
 
 from setuptools import Extension, setup
@@ -15,10 +17,10 @@ setup(
                 "mpicomm/core/_cmpi.c",
                 "mpicomm/core/_cmpi_lists.c",
                 "mpicomm/core/_cmpi_jagged.c",
-                "mpicomm/core/_cmpi_door.c",
             ],
             depends=["mpicomm/core/_cmpi.h"],
             optional=True,
-        )
+        ),
+        Extension("mpicomm.front._door", ["mpicomm/front/_door.c"], optional=True),
     ]
 )

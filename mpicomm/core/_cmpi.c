@@ -560,7 +560,6 @@ static PyMethodDef methods[] = {
     FAST(sendrecv_checked), LIST(allgather_list), LIST(reduce_scatter_list),
     LIST(gather_list), LIST(exchange), LIST(jagged), LIST(kjt_repeat),
     {"names", names, METH_NOARGS, NULL},
-    {"door", cmpi_door, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cmpi",

@@ -157,7 +157,6 @@ HIDDEN PyObject *cmpi_exchange(PyObject *self, PyObject *const *a, Py_ssize_t na
 /* jagged_all_to_all's blocking call (_cmpi_jagged.c), and the datatype cache it shares (_cmpi.c). */
 HIDDEN PyObject *cmpi_jagged(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
 HIDDEN PyObject *cmpi_kjt_repeat(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
-HIDDEN PyObject *cmpi_door(PyObject *module, PyObject *args);
 HIDDEN PyObject *cmpi_datatype_for(PyObject *datatypes, PyObject *dtype);
 HIDDEN int call_alltoallv(const void *s, const int *sc, const int *sd, void *r, const int *rc, const int *rd, H dt,
                           H comm);

@@ -44,9 +44,8 @@ them is not the common case, for the Python path to finish (see ``_cmpi_jagged.c
 ``MPI_Alltoall``, then its ``MPI_Alltoallv`` and recat, see ``_cmpi_jagged.c``): it returns True,
 or False after the counts message when that differs from ``expect``.
 
-The C module also holds ``door``, the C form of the front door's numpy path
-(:mod:`mpicomm.front.door`, ``_cmpi_door.c``); it makes no MPI call, needs no :func:`bind` and is
-used from import on (not with ``MPICOMM_C=0``).
+The front door's C form, which makes no MPI call, is an extension of its own beside the front door
+(``mpicomm/front/_door.c``, :mod:`mpicomm.front.door`); ``switched_off()`` turns both off.
 
 No buffer that is written may share memory with another, or the function returns ``NotImplemented``.
 

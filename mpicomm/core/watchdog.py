@@ -190,8 +190,9 @@ class _Timing:
 def timing(site: Site, group: Any = None, timeout: Any = None) -> _Timing:
     """Have the watchdog time a ``with`` block as one call of ``site`` (for code off the hot path).
 
-    The front door's generated wrappers and :func:`mpicomm.core.calls.collective` put their tokens
-    on :data:`_live` inline instead: they are the small calls' hot path.
+    The front door's wrappers (``mpicomm/front/_doors.py``, ``_door.c``) and
+    :func:`mpicomm.core.calls.collective` put their tokens on :data:`_live` inline instead: they are
+    the small calls' hot path.
 
     Args:
         site: How the watchdog names the call.
@@ -445,9 +446,7 @@ def _is_own(frame: FrameType) -> bool:
     own = _Dog.own.get(code)
     if own is None:
         name = frame.f_globals.get("__name__", "")
-        own = code.co_filename.startswith("<front door:") or (
-            isinstance(name, str) and name.startswith(_CALL_MODULES) and name != __name__
-        )
+        own = isinstance(name, str) and name.startswith(_CALL_MODULES) and name != __name__
         _Dog.own[code] = own
     return own
 

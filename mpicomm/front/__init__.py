@@ -6,7 +6,9 @@
 - ``sparse``: ``all_reduce_sparse``: torch sparse COO tensors summed by gathering indices and
   values, then coalescing (as torch's Gloo does in ``all_reduce``).
 - ``door``: ``front_door``, the one wrapper: array kinds recognised once, viewed for the data
-  paths, the path chosen, results in the caller's kind, failures alike on every rank.
+  paths, the path chosen, results in the caller's kind, failures alike on every rank. Its Python
+  wrappers are in ``_doors`` (written by ``gen_doors``: ``python -m mpicomm.front.gen_doors``),
+  what they call in ``door_parts``, its C form in ``_door.c`` (the extension ``_door``).
 - ``kinds``: what an array is (numpy, torch, cupy, ``__array_interface__``,
   ``__cuda_array_interface__``, DLPack) and its zero-copy view; imports neither torch nor cupy.
 - ``device``: device arrays to the direct (CUDA-aware MPI) or staged (pinned host) path.

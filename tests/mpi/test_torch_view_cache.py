@@ -17,7 +17,7 @@ from ranks import exact_inputs, rank_size
 import mpicomm
 from mpicomm import ReduceOp
 from mpicomm.core import watchdog
-from mpicomm.front import door
+from mpicomm.front import door_parts
 
 pytestmark = pytest.mark.mpi
 
@@ -32,7 +32,7 @@ def test_a_reused_tensor_is_reduced_right_every_time() -> None:
     t.copy_(torch.from_numpy(g[r]))
     mpicomm.all_reduce(t)  # the second call may use the kept view: the same memory, the same result
     np.testing.assert_array_equal(t.numpy(), want)
-    assert id(t) in door._VIEWS
+    assert id(t) in door_parts.VIEWS
 
 
 def test_resize_shrinks_the_tensor_and_the_next_call_sees_only_what_is_left() -> None:
@@ -102,8 +102,8 @@ def test_the_cache_is_bounded() -> None:
     tensors = [torch.zeros(4) for _ in range(20)]
     for t in tensors:
         mpicomm.all_reduce(t)
-    assert len(door._VIEWS) <= door._VIEW_ENTRIES
-    assert id(tensors[-1]) in door._VIEWS
+    assert len(door_parts.VIEWS) <= door_parts.VIEW_ENTRIES
+    assert id(tensors[-1]) in door_parts.VIEWS
 
 
 def test_a_large_tensor_is_kept_only_while_it_lives() -> None:
@@ -116,11 +116,11 @@ def test_a_large_tensor_is_kept_only_while_it_lives() -> None:
         mpicomm.all_reduce(t)
         np.testing.assert_array_equal(t.numpy(), g.sum(axis=0))
     key = id(t)
-    assert key in door._VIEWS
-    storage = weakref.ref(door._VIEWS[key][1].base)  # the view's owner: what holds the memory
+    assert key in door_parts.VIEWS
+    storage = weakref.ref(door_parts.VIEWS[key][1].base)  # the view's owner: what holds the memory
     watchdog.forget()  # the frames it holds (a sample under way, the last seen) would keep t alive
     del t
-    assert key not in door._VIEWS
+    assert key not in door_parts.VIEWS
     assert storage() is None
 
 

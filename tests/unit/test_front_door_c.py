@@ -1,9 +1,10 @@
-"""The front door's C form (``door`` of ``mpicomm.core._cmpi``) serves numpy calls as the Python one does.
+"""The front door's C form (``mpicomm/front/_door.c``) serves numpy calls as the Python one does.
 
-Each test builds both forms of one door around the same host (``_Plan.generate`` and
-``_Plan.in_c``) and holds them to the same results: the arguments the host sees, the watchdog's
-token while it runs, what a failure raises, and every call that the C form hands to the Python one
-(other array kinds, a bad ``async_op``, a missing argument, another thread).
+Each test builds both forms of one door around the same host (``_Plan.python``, the wrapper
+``python -m mpicomm.front.gen_doors`` writes for it, and ``_Plan.in_c``) and holds them to the same
+results: the arguments the host sees, the watchdog's token while it runs, what a failure raises,
+and every call that the C form hands to the Python one (other array kinds, a bad ``async_op``, a
+missing argument, another thread).
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from __future__ import annotations
 import copy
 import functools
 import gc
+import importlib.util
 import inspect
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -23,7 +27,7 @@ import mpicomm
 from mpicomm import _mpi
 from mpicomm.core import watchdog
 from mpicomm.errors import ArgumentError, ArgumentTypeError, CommunicationError, DistError
-from mpicomm.front import door
+from mpicomm.front import _doors, door, gen_doors
 
 pytestmark = pytest.mark.skipif(
     not door._c_doors(),
@@ -46,19 +50,52 @@ class Probe:
         return "done"
 
 
+def python_form(plan: Any, folder: Path) -> Callable[..., Any]:
+    """``plan``'s Python wrapper, written by the generator into a module as ``_doors`` is."""
+    path = folder / f"doors_{plan.fn}.py"
+    path.write_text(gen_doors.render([plan]))
+    # a module of mpicomm.front by name, wherever its file is: its relative imports are _doors' own
+    spec = importlib.util.spec_from_file_location(f"mpicomm.front._test_doors_{plan.fn}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with mock.patch.object(door, "_doors", module):
+        python: Callable[..., Any] = plan.python()
+    return python
+
+
 def both(probe: Probe) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The Python wrapper and the C door of the call ``probe`` around ``probe.host``."""
     roles = {"tensor": door.BOTH, "others": door.READ}
     plan = door._Plan("probe", probe.host, roles, None, None, None, True, None)
-    python = plan.generate()
+    python = python_form(plan, _Written.folder)
     c = plan.in_c(python)
     assert c is not None
     return python, c
 
 
+class _Written:
+    folder = Path()  # where python_form writes, the test's own tmp_path
+
+
 @pytest.fixture(autouse=True)
-def _started() -> None:
+def _started(tmp_path: Path) -> None:
     mpicomm.init()
+    _Written.folder = tmp_path
+
+
+def test_the_c_door_is_built_beside_the_front_door_and_the_python_wrappers_are_in_doors() -> None:
+    from mpicomm.core import _cmpi  # type: ignore[attr-defined]
+    from mpicomm.front import _door  # type: ignore[attr-defined]
+
+    assert type(mpicomm.all_reduce) is _door.Door and _door.Door.__module__ == "mpicomm.front._door"
+    assert not hasattr(_cmpi, "door")  # core keeps the MPI calls only
+    for name, plan in door._PLANS.items():
+        if not plan.host.__module__.startswith("mpicomm."):
+            continue
+        code = plan.python().__code__
+        assert code.co_name == name and code.co_filename == _doors.__file__, name
+        assert code.co_firstlineno > 1 and inspect.getsourcefile(getattr(_doors, name)) == _doors.__file__
 
 
 def test_the_public_calls_are_c_doors_with_the_face_of_their_host() -> None:
@@ -216,7 +253,7 @@ def test_a_call_from_another_thread_during_the_tokens_allocation_leaves_this_cal
         return 1
 
     plan = door._Plan("probe", host, {"tensor": door.BOTH}, None, None, None, True, None)
-    c = plan.in_c(plan.generate())
+    c = plan.in_c(python_form(plan, _Written.folder))
     x = np.zeros(2)
     armed = [False]
 

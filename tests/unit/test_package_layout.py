@@ -61,8 +61,15 @@ def _imports(path: Path) -> set[str]:
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 
 
+#: Modules written by a generator, which is what a reader edits (and under 600 lines itself); a test
+#: holds each to what its generator writes. front/_doors.py: one wrapper per public call, each read
+#: alone (tests/unit/test_front_doors_generated.py, mpicomm/front/gen_doors.py).
+GENERATED = {PACKAGE / "front" / "_doors.py"}
+
+
 def test_no_module_is_over_600_lines() -> None:
-    files = [*SOURCES, *PACKAGE.rglob("*.c"), *PACKAGE.rglob("*.h")]  # the C extension's too
+    files = [*SOURCES, *PACKAGE.rglob("*.c"), *PACKAGE.rglob("*.h")]  # the C extensions' too
+    files = [p for p in files if p not in GENERATED]
     long = {str(p.relative_to(PACKAGE)): n for p in files if (n := len(p.read_text().splitlines())) > 600}
     assert not long, f"modules over 600 lines: {long}"
 

@@ -62,5 +62,7 @@ def test_wheel_carries_the_license_the_version_and_the_script(tmp_path: Path) ->
         assert f"Version: {mpicomm.__version__}\n" in metadata and "License-File: LICENSE" in metadata
         assert "mpicomm = mpicomm.__main__:main" in z.read(f"{info}/entry_points.txt").decode()
         assert "mpicomm/py.typed" in names
-        # the C calls of the fast paths (mpicomm.core.cmpi), built where a C compiler is present
-        assert any(n.startswith("mpicomm/core/_cmpi.") and n.endswith((".so", ".pyd")) for n in names), names
+        # the C calls of the fast paths (mpicomm.core.cmpi) and the front door's C form
+        # (mpicomm/front/_door.c), built where a C compiler is present
+        for ext in ("mpicomm/core/_cmpi.", "mpicomm/front/_door."):
+            assert any(n.startswith(ext) and n.endswith((".so", ".pyd")) for n in names), (ext, names)

@@ -1,4 +1,5 @@
-/* The front door's numpy fast path in C (see mpicomm/front/door.py): a callable that stands for a public call.
+/* mpicomm.front._door: the front door's numpy fast path in C (see mpicomm/front/door.py), a callable that
+ * stands for a public call.
  *
  * Why: every public call that takes arrays goes through the front door, whose Python wrapper costs
  * about 0.17 us a call (its frame, the watchdog's token, the thread check): as much as the MPI call
@@ -19,9 +20,10 @@
  * It is not a function object, so it carries a __dict__ (functools.update_wrapper fills __name__,
  * __doc__, __wrapped__...) and is a non-data descriptor that returns itself, as builtin functions
  * are: inspect.isroutine() holds, inspect.signature() follows __wrapped__ to the host's signature. */
-#include "_cmpi.h"
-
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 #include <stddef.h>
+#include <string.h>
 #include <structmember.h>
 
 #define DOOR_MAX_ARRAYS 8
@@ -301,7 +303,7 @@ static PyGetSetDef door_getset[] = {
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject DoorType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mpicomm.core._cmpi.Door",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mpicomm.front._door.Door",
     .tp_basicsize = sizeof(Door),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "A public call's front door, its numpy fast path in C (see mpicomm.front.door).",
@@ -320,7 +322,7 @@ static PyTypeObject DoorType = {
 /* door(host, fallback, failed, site, live, threads, owner, state, exchanges, ndarray, kinds, plain,
  *      list_kind, names, defaults, missing, arrays, flag, group): a new Door; `owner` and `exchanges`
  *      are the member descriptors of those slots of `threads` and `state`. */
-HIDDEN PyObject *cmpi_door(PyObject *module, PyObject *args) {
+static PyObject *door_new(PyObject *module, PyObject *args) {
     Door tmp = {0};
     PyObject *arrays, *owner, *exchanges;
     if (!PyArg_ParseTuple(args, "OOOOO!OOOOOO!O!OO!O!OO!nn:door", &tmp.host, &tmp.fallback, &tmp.failed, &tmp.site,
@@ -354,7 +356,6 @@ HIDDEN PyObject *cmpi_door(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "door: owner and exchanges must be object slots of threads and state");
         return NULL;
     }
-    if (DoorType.tp_flags & Py_TPFLAGS_READY ? 0 : PyType_Ready(&DoorType) < 0) return NULL;
     Door *d = PyObject_GC_New(Door, &DoorType);
     if (d == NULL) return NULL;
     d->vectorcall = door_call;
@@ -370,4 +371,21 @@ HIDDEN PyObject *cmpi_door(PyObject *module, PyObject *args) {
     d->group = tmp.group;
     PyObject_GC_Track((PyObject *)d);
     return (PyObject *)d;
+}
+
+static PyMethodDef module_methods[] = {{"door", door_new, METH_VARARGS, NULL}, {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_door",
+                                    "The front door's numpy fast path in C (see mpicomm.front.door).", -1,
+                                    module_methods};
+
+PyMODINIT_FUNC PyInit__door(void) {
+    if (PyType_Ready(&DoorType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Door", (PyObject *)&DoorType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
