@@ -294,8 +294,8 @@ class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's 
 
 class KJTAllToAllAwaitable(kjt.KJTAllToAllAwaitable):  # noqa: D101 (the host class's docstring)
     __doc__ = kjt.KJTAllToAllAwaitable.__doc__
-    # _model: the caller's array whose kind the output takes (KJTAllToAll.__call__ sets it)
     __slots__ = ("_model",)
+    _model: Any  # the caller's array whose kind the output takes (KJTAllToAll.__call__ sets it)
 
     def wait(self) -> KeyedJaggedArray:
         """Block until the data has arrived and return this rank's KeyedJaggedArray, in the input's kind."""
@@ -398,7 +398,7 @@ def _placed(call: kjt._Call, dst: tuple[Any, Any, Any], pending: Any) -> KJTAllT
     The output holds the device arrays the upload fills: the staged Work uploads once MPI's
     operation completes (in ``wait()``, or an ``is_completed()`` that finds it done).
     """
-    out = [_output(call, *dst)]
+    out: list[keyed.KeyedJaggedArray] = [_output(call, *dst)]
     if pending is None:
         return KJTAllToAllAwaitable(None, out)
     work, stage = pending
