@@ -125,8 +125,6 @@ _WHERE: dict[str, str] = {
     "is_safe_unpickling": "mpicomm.objects.pickling",
     "set_safe_unpickling": "mpicomm.objects.pickling",
 }
-#: Imported before a name of the object collectives is handed out: gives them the GPU hooks.
-_OBJECTS_HOOKS = "mpicomm.front.objects"
 
 
 def _attach_torch_methods() -> None:
@@ -135,6 +133,8 @@ def _attach_torch_methods() -> None:
 
 
 #: The names :mod:`mpicomm.c10d.pg_methods` attaches (tests/unit/test_late_methods.py checks the two agree).
+#: A run-time plug, listed in :data:`mpicomm.wiring.PLUGS` (the wiring module itself loads on first
+#: use of an object collective: ``import mpicomm`` reads no file more for it).
 _TORCH_GROUP_METHODS = (
     "allreduce",
     "broadcast",
@@ -162,7 +162,7 @@ def __getattr__(name: str) -> Any:
     if where is None:
         raise AttributeError(f"module 'mpicomm' has no attribute {name!r}")
     if where.startswith("mpicomm.objects"):
-        importlib.import_module(_OBJECTS_HOOKS)
+        importlib.import_module("mpicomm.wiring").objects()  # their GPU hooks, before the first one
     value = getattr(importlib.import_module(where), name)
     globals()[name] = value
     return value

@@ -35,12 +35,12 @@ from . import cmpi
 __all__ = [
     "CHUNK_ENV_VAR",
     "DEFAULT_CHUNK_BYTES",
+    "ONE_CALL",
     "WIDEST",
     "Setting",
+    "answered",
     "chunk_bytes",
     "chunk_step",
-    "decided",
-    "forget",
     "reload",
     "split",
     "step",
@@ -182,20 +182,34 @@ reload()
 
 
 class _Asked(threading.local):
-    # set by a pipeline that asked and heard "one call": the staged host call that follows on this
-    # thread (the same message) must not ask again; cleared by it, or by the front door after the call
+    # inside an ``answered()`` block: this thread's ranks were all asked about the message the block's
+    # (staged host) call sends, and answered "one call"; that call must not ask again
     answered: bool = False
 
 
 _ASKED = _Asked()
 
 
+class _OneCall:
+    """The type of :data:`ONE_CALL` (a marker, one instance)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "mpicomm.core.chunks.ONE_CALL"
+
+
+#: What a device rank's pipeline returns where it asked every rank (:func:`split`) and heard "one
+#: call": the caller then runs the host call whole, inside :func:`answered`, which does not ask again.
+ONE_CALL: Any = _OneCall()
+
+
 def split(comm: Any, mine: bool) -> bool:
     """Whether every rank of ``comm`` pipelines this call (``mine``: this rank would): chunks, or one call.
 
     Every rank of a call longer than one chunk calls this once, before its data calls (one
-    ``MPI_Allreduce`` of one int, MIN). Where this thread's pipeline has already asked for the same
-    message (:func:`decided`), it answers False without asking again.
+    ``MPI_Allreduce`` of one int, MIN). Inside an :class:`answered` block (a pipeline has already
+    asked for the same message), it answers False without asking again.
 
     Args:
         comm: The group's communicator.
@@ -214,11 +228,25 @@ def split(comm: Any, mine: bool) -> bool:
     return bool(flag[0])
 
 
-def decided() -> None:
-    """Mark that :func:`split` told this thread's pipeline "one call" for the message it stages next."""
-    _ASKED.answered = True
+class answered:  # noqa: N801 - used as a function: ``with chunks.answered():``
+    """A block whose call does not ask :func:`split` again: a pipeline already asked for its message.
 
+    The front door's device path runs the staged host call in one, after a pipeline returned
+    :data:`ONE_CALL`: every rank has then answered the question for this message once, and the
+    host code's :func:`split` answers False without an MPI call. The mark is this thread's, and
+    ends with the block (whether or not a call consumed it).
 
-def forget() -> None:
-    """Drop a :func:`decided` mark that no host call consumed (the call failed first)."""
-    _ASKED.answered = False
+    Example:
+        >>> from mpicomm.core import chunks
+        >>> with chunks.answered():
+        ...     chunks.split(None, True)  # no MPI call: the question was asked already
+        False
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _ASKED.answered = True
+
+    def __exit__(self, *exc: object) -> None:
+        _ASKED.answered = False

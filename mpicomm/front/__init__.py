@@ -13,7 +13,7 @@
   ``__cuda_array_interface__``, DLPack) and its zero-copy view; imports neither torch nor cupy.
 - ``device``: device arrays to the direct (CUDA-aware MPI) or staged (pinned host) path.
 - ``objects``: the GPU hooks of the object collectives (device arrays inside objects travel as
-  device buffers, direct or staged), filled in at import.
+  device buffers, direct or staged), which :func:`mpicomm.wiring.objects` gives them.
 
 May import: the data paths (``mpicomm.dense``, ``mpicomm.jagged``, ``mpicomm.objects``,
 ``mpicomm.gpu``), ``mpicomm.core``, ``mpicomm.errors``. Nothing above it imports it but

@@ -130,25 +130,28 @@ def on_device(
     largest = _check_sides(fn, arguments, roles)
     if largest <= chunks.Setting.least:
         pipelined = None  # one chunk: the pipeline would decline (core.chunks)
-    try:
-        if (
-            direct is not None
-            and cuda_awareness().aware
-            and (not arguments.get("async_op", False) or fn in COMPLETING)
-        ):
-            done = direct(*bound.args, **bound.kwargs)
-            if done is not NotImplemented:
-                PATHS[fn, "direct"] += 1
-                return done
-        if pipelined is not None:
-            done = pipelined(*bound.args, **bound.kwargs)
-            if done is not NotImplemented:
-                PATHS[fn, "pipelined"] += 1
-                return done
-        PATHS[fn, "staged"] += 1
-        return _staged(fn, host, bound, _roles_here(fn, arguments, roles), returns is not None)
-    finally:
-        chunks.forget()  # a pipeline's "one call" that no host call consumed (it failed first)
+    if (
+        direct is not None
+        and cuda_awareness().aware
+        and (not arguments.get("async_op", False) or fn in COMPLETING)
+    ):
+        done = direct(*bound.args, **bound.kwargs)
+        if done is not NotImplemented:
+            PATHS[fn, "direct"] += 1
+            return done
+    asked = False
+    if pipelined is not None:
+        done = pipelined(*bound.args, **bound.kwargs)
+        asked = done is chunks.ONE_CALL
+        if done is not NotImplemented and not asked:
+            PATHS[fn, "pipelined"] += 1
+            return done
+    PATHS[fn, "staged"] += 1
+    roles_here = _roles_here(fn, arguments, roles)
+    if asked:  # every rank answered the pipeline's question: the host call must not ask it again
+        with chunks.answered():
+            return _staged(fn, host, bound, roles_here, returns is not None)
+    return _staged(fn, host, bound, roles_here, returns is not None)
 
 
 def _arrays(arguments: dict[str, Any], roles: dict[str, str]) -> list[tuple[str, Any]]:

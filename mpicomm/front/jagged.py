@@ -27,7 +27,6 @@ come to the host, for the counts message.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -295,16 +294,15 @@ class KeyedJaggedArray(keyed.KeyedJaggedArray):  # noqa: D101 (the host class's 
 
 class KJTAllToAllAwaitable(kjt.KJTAllToAllAwaitable):  # noqa: D101 (the host class's docstring)
     __doc__ = kjt.KJTAllToAllAwaitable.__doc__
-    __slots__ = ()  # the host class's object, seen through this class (see KJTAllToAll.__call__)
+    __slots__ = ("_model",)
+    _model: Any  # the caller's array whose kind the output takes (KJTAllToAll.__call__ sets it)
 
     def wait(self) -> KeyedJaggedArray:
         """Block until the data has arrived and return this rank's KeyedJaggedArray, in the input's kind."""
-        out: Any = super().wait()
-        if type(out) is not KeyedJaggedArray:
-            out.__class__ = KeyedJaggedArray  # the same object, seen through the front's accessors
-            out._model = None if self._model is None else _heir(self._model, out._values)
-        front: KeyedJaggedArray = out
-        return front
+        out: KeyedJaggedArray = super().wait()  # type: ignore[assignment]  # made in KJTAllToAll._keyed
+        if out._model is None and self._model is not None:  # (at world size 1, the input: it has one)
+            out._model = _heir(self._model, out._values)
+        return out
 
 
 class _DevicePath:
@@ -316,7 +314,7 @@ class _DevicePath:
         return cuda_awareness().aware
 
     @staticmethod
-    def start(call: kjt._Call, placed: bool, direct: bool) -> kjt.KJTAllToAllAwaitable:
+    def start(call: kjt._Call, placed: bool, direct: bool) -> KJTAllToAllAwaitable:
         """Move ``call``'s data; ``placed``: the host's placed path (Alltoallw, indexed types)."""
         be = backend()
         kja = call.kja
@@ -364,7 +362,7 @@ def _receive_arrays(call: kjt._Call, src: tuple[Any, Any, Any]) -> tuple[Any, An
     return out_l, out_v, out_w
 
 
-def _recat_later(call: kjt._Call, dst: tuple[Any, Any, Any]) -> kjt.KJTAllToAllAwaitable:
+def _recat_later(call: kjt._Call, dst: tuple[Any, Any, Any]) -> KJTAllToAllAwaitable:
     """An awaitable whose ``wait()`` puts the received (source, key) segments in (key, source) order.
 
     The gathers are device kernels on the caller's current stream; their indices come from the
@@ -383,7 +381,7 @@ def _recat_later(call: kjt._Call, dst: tuple[Any, Any, Any]) -> kjt.KJTAllToAllA
             weights = None if weights is None else weights[index]
         out.append(_output(call, lengths, values, weights))
 
-    return kjt.KJTAllToAllAwaitable(None, out, finish)
+    return KJTAllToAllAwaitable(None, out, finish)
 
 
 def _device_rows(xp: Any, call: kjt._Call, device: int) -> Any:
@@ -394,43 +392,40 @@ def _device_rows(xp: Any, call: kjt._Call, device: int) -> Any:
     return recv.device_rows[1]
 
 
-def _placed(call: kjt._Call, dst: tuple[Any, Any, Any], pending: Any) -> kjt.KJTAllToAllAwaitable:
+def _placed(call: kjt._Call, dst: tuple[Any, Any, Any], pending: Any) -> KJTAllToAllAwaitable:
     """An awaitable for the staged placed path: MPI already puts segments in order; upload when done.
 
     The output holds the device arrays the upload fills: the staged Work uploads once MPI's
     operation completes (in ``wait()``, or an ``is_completed()`` that finds it done).
     """
-    out = [_output(call, *dst)]
+    out: list[keyed.KeyedJaggedArray] = [_output(call, *dst)]
     if pending is None:
-        return kjt.KJTAllToAllAwaitable(None, out)
+        return KJTAllToAllAwaitable(None, out)
     work, stage = pending
-    return kjt.KJTAllToAllAwaitable(StagedWork(work, stage, []), out)
+    return KJTAllToAllAwaitable(StagedWork(work, stage, []), out)
 
 
-def _output(call: kjt._Call, lengths: Any, values: Any, weights: Any) -> keyed.KeyedJaggedArray:
+def _output(call: kjt._Call, lengths: Any, values: Any, weights: Any) -> KeyedJaggedArray:
     keys = call.kja._keys[call.a2a._layout.key_range]
-    return keyed.KeyedJaggedArray._trusted(keys, values, lengths, weights, call.recv.stride, call.recv.table)
+    return KeyedJaggedArray._trusted(keys, values, lengths, weights, call.recv.stride, call.recv.table)
 
 
 class KJTAllToAll(kjt.KJTAllToAll):  # noqa: D101 (the host class's docstring)
     __doc__ = kjt.KJTAllToAll.__doc__
     _device = _DevicePath()
+    # the host's calls make their outputs and handles in these classes (it reads the arrays inside
+    # ``kja`` only, never the accessors that answer in torch)
+    _keyed = KeyedJaggedArray
+    _awaitable = KJTAllToAllAwaitable
 
     def __call__(self, kja: keyed.KeyedJaggedArray) -> KJTAllToAllAwaitable:
         """Start the exchange of ``kja``; the handle's ``wait()`` gives this rank's output.
 
         See the class docstring for the contract; the output takes ``kja``'s array kind.
         """
-        model = kja._model if isinstance(kja, KeyedJaggedArray) else None
-        if model is not None:  # the numpy arrays inside, seen through the base class's accessors
-            host = copy.copy(kja)
-            host.__class__ = keyed.KeyedJaggedArray
-            kja = host
-        handle: Any = super().__call__(kja)
-        handle.__class__ = KJTAllToAllAwaitable  # the same object (no new one per call), the front's wait()
-        handle._model = model
-        front: KJTAllToAllAwaitable = handle
-        return front
+        handle: KJTAllToAllAwaitable = super().__call__(kja)  # type: ignore[assignment]  # _awaitable's
+        handle._model = kja._model if isinstance(kja, KeyedJaggedArray) else None
+        return handle
 
 
 def jagged_all_to_all_direct(

@@ -21,7 +21,9 @@ CPU with the lazy fake cupy (``tests/mpi/test_gpu_fakecupy.py``), and on a GPU b
 
 Each function returns ``NotImplemented`` where it does not apply (small calls, a rank outside the
 group, arguments the host code would refuse); the generic staged path then serves the call or raises
-the host code's error.
+the host code's error. Where it asked every rank and heard "one call", it returns
+:data:`mpicomm.core.chunks.ONE_CALL`: the staged path then runs the host call inside
+:class:`mpicomm.core.chunks.answered`, which does not ask again.
 """
 
 from __future__ import annotations
@@ -43,8 +45,11 @@ __all__ = ["all_reduce", "all_to_all_single", "broadcast", "reduce", "run_chunks
 
 def _plan(
     x: Any, group: ProcessGroup | None, fn: str, parts: int = 1
-) -> tuple[ProcessGroup, ChunkPlan] | None:
-    """The group and the chunk plan if the call is pipelined (every rank pipelines it), else None.
+) -> tuple[ProcessGroup, ChunkPlan] | Any:
+    """The group and the chunk plan if the call is pipelined (every rank pipelines it), else what to return.
+
+    That is ``NotImplemented`` where nothing was asked (the staged path serves the call as usual),
+    or :data:`~mpicomm.core.chunks.ONE_CALL` where every rank was asked and one does not pipeline.
 
     ``async_op`` plays no part: an asynchronous call pipelines like a blocking one and returns a
     completed Work, so ranks that differ in ``async_op`` make the same MPI calls.
@@ -55,15 +60,14 @@ def _plan(
     try:
         g = resolve(group, fn)
     except Exception:
-        return None  # the host code raises the error
+        return NotImplemented  # the host code raises the error
     if g.comm is None:
-        return None
+        return NotImplemented
     step = chunks.step(int(x.nbytes), x.itemsize, parts)
     if not step:  # one chunk: not pipelined
-        return None
+        return NotImplemented
     if not chunks.split(g.comm, True):  # a rank holds host arrays (or takes another path): one call
-        chunks.decided()  # the staged call that follows sends it whole without asking again
-        return None
+        return chunks.ONE_CALL  # the staged call that follows sends it whole without asking again
     return g, plan_chunks(int(x.nbytes) // parts, x.itemsize, step)
 
 
@@ -183,8 +187,8 @@ def all_reduce(
 ) -> Any:
     """``all_reduce`` of a large device array in pipelined chunks (see the module docstring)."""
     found = _plan(tensor, group, "all_reduce")
-    if found is None:
-        return NotImplemented
+    if type(found) is not tuple:
+        return found
     _, plan = found
     _run(tensor, plan, lambda h, _o: reductions.all_reduce(h, op, group), True, True)
     return completed([tensor]) if async_op else None
@@ -199,9 +203,9 @@ def broadcast(
 ) -> Any:
     """``broadcast`` of a large device array in pipelined chunks (see the module docstring)."""
     root = _root(group, src, group_src, "broadcast", "src")
-    found = None if root is None else _plan(tensor, group, "broadcast")
-    if found is None or root is None:
-        return NotImplemented
+    found = NotImplemented if root is None else _plan(tensor, group, "broadcast")
+    if type(found) is not tuple or root is None:
+        return found
     g, plan = found
     mine = g.rank() == root
 
@@ -222,9 +226,9 @@ def reduce(
 ) -> Any:
     """``reduce`` of a large device array in pipelined chunks: only the destination's array is written."""
     root = _root(group, dst, group_dst, "reduce", "dst")
-    found = None if root is None else _plan(tensor, group, "reduce")
-    if found is None or root is None:
-        return NotImplemented
+    found = NotImplemented if root is None else _plan(tensor, group, "reduce")
+    if type(found) is not tuple or root is None:
+        return found
     g, plan = found
 
     def step(h: Any, _o: Any) -> None:
@@ -267,8 +271,8 @@ def all_to_all_single(
     if _overlap(input, output):
         return NotImplemented  # overlapping memory: the staged path keeps the host code's aliasing rules
     found = _plan(output, group, fn, parts=n)
-    if found is None:
-        return NotImplemented
+    if type(found) is not tuple:
+        return found
     _, plan = found
 
     def step(h: Any, o: Any) -> None:

@@ -37,8 +37,8 @@ class Repeat:
         scratch: Where later calls receive their counts message (it is compared with ``got``).
     """
 
-    __slots__ = ("got", "index", "keys", "lengths", "mine", "recvs", "scratch", "segments", "sends", "shape",
-                 "stride", "table", "theirs", "tmp", "types")  # fmt: skip
+    __slots__ = ("got", "index", "keyed", "keys", "lengths", "mine", "recvs", "scratch", "segments", "sends",
+                 "shape", "stride", "table", "theirs", "tmp", "types")  # fmt: skip
 
     def __init__(
         self,
@@ -62,6 +62,7 @@ class Repeat:
         self.mine, self.theirs = c32
         self.sends, self.recvs = (sent.counts, sent.starts), (arrived.counts, arrived.displs)
         self.stride, self.table, self.types = call.recv.stride, call.recv.table, call.send.types
+        self.keyed: type[KeyedJaggedArray] = call.a2a._keyed  # the class the outputs take
         # the recat as (from, to, count) runs of the index, for the C call (None: no recat)
         self.segments: np.ndarray | None = None
         self.tmp: np.ndarray | None = None  # where the C call receives the values before its recat
@@ -87,7 +88,7 @@ class Repeat:
         )  # fmt: skip
         if done is not True:
             return None if done is False else NotImplemented
-        return KeyedJaggedArray._trusted(
+        return self.keyed._trusted(
             kja._keys[self.keys], out, self.lengths.copy(), None, self.stride, self.table
         )
 
@@ -107,6 +108,6 @@ class Repeat:
         if self.index is not None:
             recv_v = recv_v[self.index]
             recv_w = None if recv_w is None else recv_w[self.index]
-        return KeyedJaggedArray._trusted(
+        return self.keyed._trusted(
             kja._keys[self.keys], recv_v, self.lengths.copy(), recv_w, self.stride, self.table
         )

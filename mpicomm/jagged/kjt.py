@@ -75,13 +75,12 @@ class KJTAllToAllAwaitable:
     path (work done before it does not delay the exchange).
     """
 
-    # _model: the caller's array whose kind the output takes, set by the front door's subclass
-    __slots__ = ("_finish", "_model", "_out", "_work")
+    __slots__ = ("_finish", "_out", "_work")
 
     def __init__(
         self, work: Work | None, out: list[KeyedJaggedArray], finish: Callable[[], None] | None = None
     ) -> None:
-        self._work, self._out, self._finish, self._model = work, out, finish, None
+        self._work, self._out, self._finish = work, out, finish
 
     def wait(self) -> KeyedJaggedArray:
         """Block until the data has arrived, reorder it, and return this rank's KeyedJaggedArray."""
@@ -157,9 +156,13 @@ class KJTAllToAll:
         True
     """
 
-    #: The device data path (``mpicomm.front.jagged`` sets it): ``direct()`` says whether this rank
-    #: hands device memory to MPI, ``start(call, placed, direct)`` moves a :class:`_Call`'s data.
+    #: The device data path (``mpicomm.front.jagged``'s subclass gives one): ``direct()`` says whether
+    #: this rank hands device memory to MPI, ``start(call, placed, direct)`` moves a :class:`_Call`'s data.
     _device: Any = None
+    #: The classes a call answers with. The front door's subclass names its own, which answer in the
+    #: caller's array kind: every output is made in its class (no object changes class afterwards).
+    _keyed: type[KeyedJaggedArray] = KeyedJaggedArray
+    _awaitable: type[KJTAllToAllAwaitable] = KJTAllToAllAwaitable
 
     def __init__(
         self,
@@ -220,7 +223,7 @@ class KJTAllToAll:
             )
         if validation._Flag.on:
             agree = {"splits": self.splits, "stagger": self.stagger, "keys": kja.keys()}
-            vbe, weighted = kja.variable_stride_per_key(), kja.weights() is not None
+            vbe, weighted = kja.variable_stride_per_key(), kja._weights is not None
             validation.check(g, fn, {**agree, "dtypes": _dtypes(kja), "weighted": weighted, "vbe": vbe})
         lay = self._layout
         if len(kja._keys) != lay.nkeys:
@@ -229,7 +232,8 @@ class KJTAllToAll:
                 f"the sum of splits {self.splits}"
             )
         if lay.size == 1:
-            return KJTAllToAllAwaitable(completed(), [kja])
+            out = kja if isinstance(kja, self._keyed) else _as(self._keyed, kja)
+            return self._awaitable(completed(), [out])
         device = type(kja._values) is not np.ndarray
         if device and self._device is None:
             raise ArgumentTypeError(
@@ -252,9 +256,9 @@ class KJTAllToAll:
                 if cmpi.alltoall(sent.header, hot.scratch, self._i64, g.internal) is NotImplemented:
                     g.internal.Alltoall([sent.header, self._i64], [hot.scratch, self._i64])
                 if hot.got == hot.scratch.tobytes():  # the message checked last time, again
-                    return KJTAllToAllAwaitable(None, [hot.start(kja, g.internal)])
+                    return self._awaitable(None, [hot.start(kja, g.internal)])
             elif done is not None:
-                return KJTAllToAllAwaitable(None, [done])
+                return self._awaitable(None, [done])
             got = hot.scratch.copy()  # another message: the general path keeps it
         else:
             got = np.empty(sent.header.shape, np.int64)
@@ -352,9 +356,9 @@ class KJTAllToAll:
             if index is not None:
                 values = values[index]
                 weights = None if weights is None else weights[index]
-            out.append(KeyedJaggedArray._trusted(keys, values, lengths, weights, recv.stride, recv.table))
+            out.append(self._keyed._trusted(keys, values, lengths, weights, recv.stride, recv.table))
 
-        return KJTAllToAllAwaitable(None, out, finish)
+        return self._awaitable(None, out, finish)
 
     def _moves(self, call: _Call, src: tuple[Any, Any, Any], dst: tuple[Any, Any, Any]) -> None:
         """The gather path's messages: one blocking Alltoallv each of lengths, values and weights.
@@ -441,8 +445,8 @@ class KJTAllToAll:
                 self_comm().Sendrecv([x[first : first + count], count, dt], 0, 0, [dest, 1, types[me]], 0, 0)
         keys = kja._keys[lay.key_range]
         lengths = _inline_lengths(call) if recv_l is None else recv_l
-        out = [KeyedJaggedArray._trusted(keys, recv_v, lengths, recv_w, recv.stride, recv.table)]
-        return KJTAllToAllAwaitable(None, out)
+        out = [self._keyed._trusted(keys, recv_v, lengths, recv_w, recv.stride, recv.table)]
+        return self._awaitable(None, out)
 
 
 def _repeat_of(call: _Call, got: bytes) -> Repeat | None:
@@ -496,11 +500,20 @@ def _check_plan_size(splits: list[int], fn: str) -> None:
         )
 
 
+def _as(cls: type[KeyedJaggedArray], kja: KeyedJaggedArray) -> KeyedJaggedArray:
+    """``kja``'s arrays in a new array of class ``cls`` (the front door's, given a host array)."""
+    return cls._trusted(kja._keys, kja._values, kja._lengths, kja._weights, kja._stride, kja._spkpr)
+
+
 def _dtypes(kja: KeyedJaggedArray) -> tuple[Any, ...]:
-    """What ranks must agree on about the arrays: dtypes and trailing shapes."""
-    v, w = kja.values(), kja.weights()
+    """What ranks must agree on about the arrays: dtypes and trailing shapes (of the arrays inside).
+
+    The arrays themselves, not the accessors: the front door's subclass answers those in the
+    caller's kind (torch), and hands its arrays to this class's calls as they are.
+    """
+    v, w = kja._values, kja._weights
     return (
-        str(kja.lengths().dtype),
+        str(kja._lengths.dtype),
         _dtype_tag(v.dtype),
         v.shape[1:],
         None if w is None else (_dtype_tag(w.dtype), w.shape[1:]),

@@ -7,7 +7,7 @@ is ``2 * bytes + flag``, the flag 1 for a device buffer, so every rank knows whi
 memory and how large each is before anything is received, and makes the same MPI calls.
 
 Where each side's memory lies is its own choice, made by :class:`Hooks` (set by
-:mod:`mpicomm.front.objects` from the GPU backend):
+:func:`mpicomm.wiring.objects` from the GPU backend):
 
 * **direct** (a CUDA-aware MPI): the sender waits for its current stream, then MPI reads the device
   memory; the receiver allocates a device buffer on its current device and MPI writes into it. Device
@@ -39,7 +39,7 @@ Alloc = Callable[[int], np.ndarray]
 
 
 class Hooks:
-    """How the object collectives reach the GPU; :mod:`mpicomm.front.objects` fills these in.
+    """How the object collectives reach the GPU; :func:`mpicomm.wiring.objects` fills these in.
 
     ``backend()`` gives the GPU backend (:mod:`mpicomm.gpu.backend`), ``direct()`` whether this rank
     hands device memory to MPI, ``pool()`` the pinned host buffer pool, ``view(x)`` the backend's
@@ -56,7 +56,8 @@ def _need(hook: Callable[..., Any] | None, name: str) -> Callable[..., Any]:
     if hook is None:
         raise ArgumentTypeError(
             f"object collectives: a device array was given but the GPU hooks are not set ({name}); "
-            "expected mpicomm to be imported (import mpicomm sets them)"
+            "expected the calls from mpicomm (mpicomm.all_gather_object, ...: mpicomm.wiring.objects() "
+            "sets them)"
         )
     return hook
 

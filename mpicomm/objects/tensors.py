@@ -48,7 +48,7 @@ KNOWN: dict[type, str | None] = {}
 
 
 class CpuView:
-    """How a CPU tensor's memory is viewed for sending; the front door sets :attr:`view` at import.
+    """How a CPU tensor's memory is viewed for sending; :func:`mpicomm.wiring.objects` sets :attr:`view`.
 
     ``t.numpy()`` marks the tensor's storage as not resizable for ever; the front door's address
     view (:func:`mpicomm.front.kinds.cpu_view`) leaves it resizable, so a tensor sent inside an

@@ -59,12 +59,15 @@ def _check(got: list[Any], want: list[Any], kind: str) -> None:
         assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w), (i, g, w)
 
 
-def _received(kja: Any) -> host.KJTAllToAllAwaitable:
-    """The host exchange on a one-rank group, without MPI: a copy of the input, already in place."""
-    w = kja.weights()
-    out = host.KeyedJaggedArray(kja.keys(), kja.values().copy(), None if w is None else w.copy(),
-                                kja.lengths().copy())  # fmt: skip
-    return host.KJTAllToAllAwaitable(None, [out])
+def _received(a2a: host.KJTAllToAll, kja: Any) -> host.KJTAllToAllAwaitable:
+    """The host exchange on a one-rank group, without MPI: a copy of the input, already in place.
+
+    As the host's call does: it reads the arrays inside ``kja`` (numpy, whatever the kind it was
+    built from) and makes its output and handle in the classes ``a2a`` names.
+    """
+    w = kja._weights
+    out = a2a._keyed(kja.keys(), kja._values.copy(), None if w is None else w.copy(), kja._lengths.copy())
+    return a2a._awaitable(None, [out])
 
 
 def _exchanged(kja: KJA) -> KJA:
@@ -138,7 +141,7 @@ def test_classmethod_constructors_answer_in_the_kind_they_are_given(kind: str, f
 def test_kjt_all_to_all_output_and_what_it_derives_answer_in_the_inputs_kind(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(host.KJTAllToAll, "__call__", lambda self, kja: _received(kja))
+    monkeypatch.setattr(host.KJTAllToAll, "__call__", _received)
     want, got = _exchanged(_build("numpy")), _exchanged(_build(kind))
     assert type(got) is KJA
     for op in ("getitem", "to_dense", "permute", "split", "empty_like", "permute_then_split_then_to_dense"):

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,7 +113,10 @@ def test_no_import_cycle_between_modules() -> None:
                 deps.add(mod)
                 deps.update(f"{mod}.{a.name}" for a in node.names)
         graph[name] = deps
-    graph = {m: {d for d in ds if d in graph and not m.startswith(d + ".")} for m, ds in graph.items()}
+    # (``from . import x`` in a package names the package itself: not an edge)
+    graph = {
+        m: {d for d in ds if d in graph and d != m and not m.startswith(d + ".")} for m, ds in graph.items()
+    }
     _fail_on_cycle(graph)
 
 
@@ -279,3 +284,128 @@ def test_old_module_paths_still_give_their_names(module: str, names: list[str]) 
     mod = importlib.import_module(module)
     for name in names:
         assert callable(getattr(mod, name)), f"{module}.{name}"
+
+
+# ------------------------------------------------------------------ run-time wiring (issue 40 item 4)
+#
+# Imports are not the only arrows: an upper layer can also plug into a lower one when it runs, by
+# assigning into a lower layer's attribute, ``setattr`` on one of its classes, changing an object's
+# ``__class__``, or calling a lower layer's plug point. Every such place is listed in
+# ``mpicomm.wiring.PLUGS`` (with why it is not an argument); these find them in the source and
+# compare. ``tests/unit/test_wiring.py`` imports each lower layer alone and checks it without them.
+
+
+def _bound_names(path: Path, tree: ast.AST) -> dict[str, str]:
+    """Names that the imports of ``path`` (at any depth) bind to mpicomm objects: name -> dotted name."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("mpicomm")):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = str(node.module)
+            bound.update({a.asname or a.name: f"{mod}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("mpicomm"):
+                    bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else "mpicomm"
+    return bound
+
+
+def _chain(node: ast.expr) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]``; None for anything but names and attributes."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return [node.id, *reversed(parts)] if isinstance(node, ast.Name) else None
+
+
+def _folder(dotted: str) -> str:
+    """The folder of an mpicomm name (``core``, ``front``, ...), or the top-level module's own name."""
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _plugs_in(path: Path, source: str | None = None) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """The run-time plugs in ``path``'s source: ``(module, lower-layer name)`` pairs, in two sets.
+
+    The first: assignments into another folder's attributes, ``setattr``/``delattr`` on its objects,
+    and any ``__class__`` assignment. The second: calls into another folder (plugs where they call
+    a plug point listed in ``PLUGS``, such as ``core.late.later``).
+    """
+    tree = ast.parse(path.read_text() if source is None else source)
+    module, bound = _module_name(path), _bound_names(path, tree)
+    mine = _folder(module) if path.name == "__init__.py" or module.count(".") > 1 else module
+
+    def resolve(expr: ast.expr) -> str | None:
+        chain = _chain(expr)
+        if not chain or chain[0] not in bound:
+            return None
+        dotted = ".".join([bound[chain[0]], *chain[1:]])
+        return dotted if _folder(dotted) != mine else None  # a plug comes from another folder
+
+    sets, calls = set(), set()
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for tt in node.targets for t in (tt.elts if isinstance(tt, ast.Tuple) else [tt])]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for t in targets:
+            if isinstance(t, ast.Attribute) and t.attr == "__class__":
+                sets.add((module, "__class__"))
+            elif isinstance(t, ast.Attribute) and (dotted := resolve(t)):
+                sets.add((module, dotted))
+        if isinstance(node, ast.Call):
+            fn = node.func
+            if isinstance(fn, ast.Name) and fn.id in ("setattr", "delattr") and node.args:
+                if dotted := resolve(node.args[0]):
+                    sets.add((module, dotted))
+            elif dotted := resolve(fn):
+                calls.add((module, dotted))
+    return sets, calls
+
+
+def _listed(found: tuple[str, str], plugs: Iterable[Any]) -> bool:
+    where, into = found
+    return any(p.where == where and (into == p.into or into.startswith(p.into + ".")) for p in plugs)
+
+
+def test_every_run_time_plug_into_a_lower_layer_is_listed_in_wiring() -> None:
+    from mpicomm.wiring import PLUGS
+
+    found: set[tuple[str, str]] = set()
+    for path in SOURCES:
+        sets, calls = _plugs_in(path)
+        found |= sets | {(w, i) for w, i in calls if any(i == p.into for p in PLUGS)}
+    unlisted = sorted(f"{w} sets or plugs into {i}" for w, i in found if not _listed((w, i), PLUGS))
+    assert not unlisted, "run-time plugs not listed in mpicomm.wiring.PLUGS:\n" + "\n".join(unlisted)
+    stale = [p for p in PLUGS if not any(_listed(f, [p]) for f in found)]
+    assert not stale, f"mpicomm.wiring.PLUGS rows whose plug is no longer in the source (drop them): {stale}"
+
+
+def test_the_wiring_check_finds_each_kind_of_plug() -> None:
+    """The scan itself: an assignment, a setattr, a __class__ swap and a call, from another folder."""
+    source = (
+        "from ..objects.devbufs import Hooks\n"
+        "from ..core import chunks, late\n"
+        "def f(x):\n"
+        "    Hooks.view = len\n"
+        "    setattr(chunks.Setting, 'bytes', 1)\n"
+        "    x.__class__ = int\n"
+        "    late.later([], f)\n"
+        "    from . import kinds\n"
+        "    kinds.LIST = 1\n"  # the same folder: not a plug
+    )
+    sets, calls = _plugs_in(PACKAGE / "front" / "probe.py", source)  # as if it were front/probe.py
+    name = "mpicomm.front.probe"
+    assert sets == {
+        (name, "mpicomm.objects.devbufs.Hooks.view"),
+        (name, "mpicomm.core.chunks.Setting"),
+        (name, "__class__"),
+    }
+    assert calls == {(name, "mpicomm.core.late.later")}
