@@ -79,7 +79,7 @@ def _check_ndim(x: np.ndarray, grid: Geometry, fn: str, arg: str) -> None:
         )
 
 
-def _rows(g: Any, fn: str, row: np.ndarray, failure: Exception | None) -> np.ndarray:
+def _rows(g: Any, fn: str, row: np.ndarray, failure: Exception | None, root_arg: str) -> np.ndarray:
     """Every rank's row (one ``MPI_Allgather``); a rank whose own checks failed raises, and so do the others."""
     rows = np.empty((g.size(), row.size), np.int64)
     g.comm.Allgather(row, rows)
@@ -91,10 +91,11 @@ def _rows(g: Any, fn: str, row: np.ndarray, failure: Exception | None) -> np.nda
             f"{fn}: world rank {g.ranks[int(bad[0])]} refused its arguments (its error says why); "
             "nothing was sent"
         )
-    for field, name in ((_ROOT, "the root"), (_WIDTH, "width")):
+    for field, name in ((_ROOT, root_arg), (_WIDTH, "width")):
         values = rows[:, field]
         if (values != values[0]).any():
-            shown = ", ".join(f"rank {g.ranks[i]}: {v}" for i, v in enumerate(values.tolist()))
+            told = [g.ranks[v] for v in values.tolist()] if field == _ROOT else values.tolist()
+            shown = ", ".join(f"rank {g.ranks[i]}: {v}" for i, v in enumerate(told))
             raise CrossRankMismatchError(
                 f"{fn}: the ranks passed different {name} ({shown}); expected the same on every rank"
             )
@@ -155,7 +156,7 @@ def scatter_blocks(
             row[_HEAD + nd :] = y.shape
     except (ArgumentError, ArgumentTypeError) as exc:
         row[_FAILED], failure = 1, exc
-    rows = _rows(g, fn, row, failure)
+    rows = _rows(g, fn, row, failure, "src")
     root, w = int(rows[0, _ROOT]), int(rows[0, _WIDTH])
     shape = tuple(int(n) for n in rows[root, _HEAD : _HEAD + nd])
     dtype = _dtype_of(int(rows[root, _DTYPE]))
@@ -232,7 +233,7 @@ def gather_blocks(
             row[_HEAD + nd :] = y.shape
     except (ArgumentError, ArgumentTypeError) as exc:
         row[_FAILED], failure = 1, exc
-    rows = _rows(g, fn, row, failure)
+    rows = _rows(g, fn, row, failure, "dst")
     root, w = int(rows[0, _ROOT]), int(rows[0, _WIDTH])
     shape, sizes = _whole(geo, rows, w, fn, g.ranks)
     codes = rows[:, _DTYPE]
