@@ -47,7 +47,9 @@ def block_slices(
 def _coords(grid: Geometry) -> list[tuple[int, ...]]:
     """Every grid rank's coordinates (row-major: the grid was made without reordering)."""
     size = int(np.prod(grid.dims))
-    return [tuple(int(c) for c in cs) for cs in zip(*np.unravel_index(np.arange(size), grid.dims), strict=True)]
+    return [
+        tuple(int(c) for c in cs) for cs in zip(*np.unravel_index(np.arange(size), grid.dims), strict=True)
+    ]
 
 
 def _dtype_code(dtype: np.dtype[Any], fn: str, arg: str) -> int:
@@ -80,7 +82,7 @@ def _check_ndim(x: np.ndarray, grid: Geometry, fn: str, arg: str) -> None:
 
 
 def _rows(g: Any, fn: str, row: np.ndarray, failure: Exception | None, root_arg: str) -> np.ndarray:
-    """Every rank's row (one ``MPI_Allgather``); a rank whose own checks failed raises, and so do the others."""
+    """Every rank's row (one ``MPI_Allgather``); a rank's failed checks raise there and on the others."""
     rows = np.empty((g.size(), row.size), np.int64)
     g.comm.Allgather(row, rows)
     if failure is not None:
@@ -114,7 +116,7 @@ def scatter_blocks(
     group: Any = None,
     grid: Any = None,
 ) -> np.ndarray | None:
-    """Cut ``global_array`` (on ``src``) into the grid's blocks, one to each rank (``CartGrid.scatter_blocks``).
+    """Cut ``global_array`` (on ``src``) into the grid's blocks, one to each rank (``scatter_blocks``).
 
     Args:
         global_array: The whole array, on ``src`` (ignored elsewhere).
@@ -145,7 +147,8 @@ def scatter_blocks(
                 a = short[0]
                 raise ArgumentError(
                     f"{fn}: global_array has shape {x.shape}: {x.shape[a] - 2 * w} cells along axis {a} "
-                    f"inside its frame of width {w}; expected at least {geo.dims[a]}, one per rank of the grid "
+                    f"inside its frame of width {w}; expected at least {geo.dims[a]}, one per rank of the "
+                    "grid "
                     "along that axis"
                 )
             row[_DTYPE] = _dtype_code(x.dtype, fn, "global_array")
@@ -281,7 +284,8 @@ def _whole(
         want = tuple(hi - lo for lo, hi in (block_bounds(shape[a], geo.dims[a], c[a]) for a in range(nd)))
         if tuple(inner[i].tolist()) != want:
             raise ArgumentError(
-                f"{fn}: local has shape {tuple(rows[i, _HEAD : _HEAD + nd].tolist())} on world rank {ranks[i]} "
+                f"{fn}: local has shape {tuple(rows[i, _HEAD : _HEAD + nd].tolist())} on world rank "
+                f"{ranks[i]} "
                 f"(width {w}); expected {tuple(n + 2 * w for n in want)}, its block of the whole {shape} "
                 "(numpy.array_split's cut along every axis)"
             )

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
 from .. import _mpi
-from ..core import validation, watchdog
+from ..core import layouts, validation, watchdog
 from ..core.buffers import check_output, datatype
 from ..core.groups import ProcessGroup, register, resolve
-from ..core.work import Work, completed
+from ..core.work import Work, completed, mpi_text
 from ..errors import ArgumentError, ArgumentTypeError, CommunicationError, GroupError
 
 __all__ = ["Geometry", "block_bounds", "exchange_halos", "fill_dims", "make"]
@@ -164,7 +164,7 @@ def block_bounds(n: int, parts: int, index: int) -> tuple[int, int]:
 class _Message:
     """One ``MPI_Sendrecv`` of an exchange: a face sent one way, the opposite ghost layer received."""
 
-    __slots__ = ("count", "dst", "ghost", "inbox", "outbox", "src", "tag", "face")
+    __slots__ = ("count", "dst", "face", "ghost", "inbox", "outbox", "src", "tag")
 
     def __init__(
         self, face: tuple[slice, ...], ghost: tuple[slice, ...], dst: int, src: int, tag: int, u: np.ndarray
@@ -188,7 +188,8 @@ class _Local:
 
 def _plan(grid: Geometry, u: np.ndarray, width: int) -> list[_Message | _Local]:
     """The messages of one exchange of ``u``'s layout, axis by axis, the last axis first."""
-    w, nd, steps = width, u.ndim, []
+    w, nd = width, u.ndim
+    steps: list[_Message | _Local] = []
     for axis in reversed(range(nd)):
         # axes done before this one (the later ones) are spanned whole, ghosts included: the corners
         around = [slice(None) if b > axis else slice(w, u.shape[b] - w) for b in range(nd)]
@@ -264,6 +265,11 @@ def exchange_halos(
     key = (x.shape, x.strides, x.dtype, width)
     steps = g.plans.get(key)
     if steps is None:
+        if not layouts.regular(x):
+            raise ArgumentError(
+                f"{fn}: u has strides {x.strides} for shape {x.shape}, under which elements share memory; "
+                "expected a block whose elements each have their own memory (a copy: u.copy())"
+            )
         if len(g.plans) >= _PLANS:
             g.plans.pop(next(iter(g.plans)))
         steps = g.plans[key] = _plan(g, x, width)
@@ -272,7 +278,7 @@ def exchange_halos(
 
 
 def _run(steps: list[_Message | _Local], u: np.ndarray, g: Geometry) -> None:
-    """Every message of ``steps`` in order; a short message is raised once all have gone (no rank waits)."""
+    """Every message of ``steps`` in order; a face of the wrong size raises once all have gone (none waits)."""
     comm, null = g.group.comm, g.null
     dt = datatype(u.dtype)
     status = _mpi.MPI.Status()
@@ -287,26 +293,29 @@ def _run(steps: list[_Message | _Local], u: np.ndarray, g: Geometry) -> None:
             np.copyto(step.outbox, out)
             out = step.outbox
         into = u[step.ghost] if step.inbox is None else step.inbox
-        comm.Sendrecv([out, dt], step.dst, step.tag, [into, dt], step.src, step.tag, status)
+        try:
+            comm.Sendrecv([out, dt], step.dst, step.tag, [into, dt], step.src, step.tag, status)
+        except _mpi.MPI.Exception as exc:  # a longer face (MPI_ERR_TRUNCATE): go on, so no neighbour waits
+            short = short or _short(u, step, f"more ({mpi_text(exc)})", g.group.ranks[step.src])
+            continue
         if step.src == null:
             continue
         got = status.Get_count(dt)
         if got != step.count:
-            short = short or _short(u, step, got)
+            short = short or _short(u, step, str(got), g.group.ranks[step.src])
         elif step.inbox is not None:
             np.copyto(u[step.ghost], step.inbox)
     if short:
         raise CommunicationError(short)
 
 
-def _short(u: np.ndarray, step: _Message, got: int) -> str:
-    axis = step.tag // 2
+def _short(u: np.ndarray, step: _Message, got: str, peer: int) -> str:
     return (
-        f"CartGrid.exchange_halos: the ghost layer along axis {axis} received {got} elements from group "
-        f"rank {step.src}; expected {step.count} (u has shape {u.shape} here): the neighbours' blocks "
-        "must have equal sizes along the other axes (the grid's cut, CartGrid.block_slices)"
+        f"CartGrid.exchange_halos: a ghost layer along axis {step.tag // 2} was sent {got} elements by "
+        f"world rank {peer}; expected {step.count} (u has shape {u.shape} here): neighbours' blocks must "
+        "have the same sizes along the axes they share (the grid's cut, CartGrid.block_slices)"
     )
 
 
-def _is_int(x: object) -> bool:
+def _is_int(x: object) -> TypeGuard[int | np.integer[Any]]:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)

@@ -200,7 +200,9 @@ class CartGrid:
         out: Work | None = _exchange(u, width, async_op, self._geo.group, self._geo)
         return out
 
-    def scatter_blocks(self, global_array: Any, src: int | None = None, width: int = 0, out: Any = None) -> Any:
+    def scatter_blocks(
+        self, global_array: Any, src: int | None = None, width: int = 0, out: Any = None
+    ) -> Any:
         """Cut ``global_array`` on ``src`` into the grid's blocks and give each rank its own.
 
         The blocks may be uneven: each axis is cut as ``numpy.array_split`` cuts it. With ``width``,

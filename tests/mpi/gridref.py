@@ -50,7 +50,9 @@ def step(u: np.ndarray, width: int) -> None:
     u[inner] = new
 
 
-def serial(shape: tuple[int, ...], width: int, periodic: tuple[bool, ...], steps: int, seed: int) -> np.ndarray:
+def serial(
+    shape: tuple[int, ...], width: int, periodic: tuple[bool, ...], steps: int, seed: int
+) -> np.ndarray:
     """The whole grid (frame included) after ``steps`` steps in one process."""
     p = initial(shape, width, seed)
     for _ in range(steps):

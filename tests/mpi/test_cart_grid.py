@@ -54,7 +54,9 @@ def _laid_out(block: np.ndarray, layout: str) -> np.ndarray:
     return block.copy()
 
 
-def _check(grid: mpicomm.CartGrid, shape: tuple[int, ...], width: int, periodic: tuple[bool, ...], **kw: Any) -> None:
+def _check(
+    grid: mpicomm.CartGrid, shape: tuple[int, ...], width: int, periodic: tuple[bool, ...], **kw: Any
+) -> None:
     steps, seed = 3, 44 + len(shape)
     u, where = _run(grid, shape, width, steps, seed, **kw)
     want = gridref.serial(shape, width, periodic, steps, seed)[where]
