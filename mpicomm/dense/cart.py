@@ -295,7 +295,7 @@ def _run(steps: list[_Message | _Local], u: np.ndarray, g: Geometry) -> None:
         into = u[step.ghost] if step.inbox is None else step.inbox
         try:
             comm.Sendrecv([out, dt], step.dst, step.tag, [into, dt], step.src, step.tag, status)
-        except _mpi.MPI.Exception as exc:  # a longer face (MPI_ERR_TRUNCATE): go on, so no neighbour waits
+        except _mpi.MPI.Exception as exc:  # a longer face (MPI_ERR_TRUNCATE): go on, so none waits
             short = short or _short(u, step, f"more ({mpi_text(exc)})", g.group.ranks[step.src])
             continue
         if step.src == null:

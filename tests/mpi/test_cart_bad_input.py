@@ -205,7 +205,7 @@ def test_neighbours_blocks_of_different_sizes_raise_a_communication_error() -> N
         # ones truncated by MPI
         with pytest.raises(
             mpicomm.CommunicationError,
-            match=r"^CartGrid.exchange_halos: a ghost layer along axis 0 was sent (5|more .*) elements by world "
-            r"rank \d+; expected [56] \(u has shape \(4, [56]\) here\): neighbours' blocks must have the same",
+            match=r"^CartGrid.exchange_halos: a ghost layer along axis 0 was sent (5|more .*) elements by "
+            r"world rank \d+; expected [56] \(u has shape \(4, [56]\) here\): neighbours' blocks must",
         ):
             grid.exchange_halos(u)
