@@ -278,7 +278,7 @@ def exchange_halos(
 
 
 def _run(steps: list[_Message | _Local], u: np.ndarray, g: Geometry) -> None:
-    """Every message of ``steps`` in order; a face of the wrong size raises once all have gone (none waits)."""
+    """Every message of ``steps`` in order; a face of the wrong size raises once all went (none waits)."""
     comm, null = g.group.comm, g.null
     dt = datatype(u.dtype)
     status = _mpi.MPI.Status()
