@@ -89,7 +89,7 @@ class CartGrid:
 
     @property
     def group(self) -> ProcessGroup:
-        """The grid's process group: ``group=`` of any mpicomm call; ``group.comm`` is the Cartcomm."""
+        """The grid's own process group, for ``group=`` of any mpicomm call (``group.comm``, a Cartcomm)."""
         return self._geo.group
 
     def neighbors(self, axis: int) -> tuple[int | None, int | None]:
