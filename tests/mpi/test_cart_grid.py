@@ -179,3 +179,18 @@ def test_a_destroyed_grid_raises_a_group_error() -> None:
     mpicomm.destroy_process_group(grid.group)
     with pytest.raises(mpicomm.GroupError, match=r"^CartGrid.exchange_halos: group \w+ was destroyed"):
         grid.exchange_halos(np.zeros(5))
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+def test_strided_faces_packed_instead_of_typed_give_the_same_blocks(
+    nd: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mpicomm.dense import cart
+
+    monkeypatch.setattr(cart, "TYPE_LIMIT", 0)  # every strided face through a kept buffer
+    periodic = _periodic("mixed", nd)
+    grid = mpicomm.CartGrid((0,) * nd, periodic=periodic)
+    _check(grid, SHAPES[nd], 2, periodic)
+    steps = next(iter(grid._geo.plans.values()))
+    if grid.dims[-1] > 1:  # the last axis' faces are strided, and travel between ranks
+        assert any(isinstance(s, cart._Message) and s.outbox is not None for s in steps)
