@@ -26,8 +26,8 @@ from .cart import Geometry, block_bounds
 
 __all__ = ["block_slices", "gather_blocks", "scatter_blocks"]
 
-# A row's fields before its two shapes: failed, root, width, dtype.
-_FAILED, _ROOT, _WIDTH, _DTYPE, _HEAD = 0, 1, 2, 3, 4
+# A row's fields before its two shapes: failed, root, width, the data's dtype, out's dtype.
+_FAILED, _ROOT, _WIDTH, _DTYPE, _OUT_DTYPE, _HEAD = 0, 1, 2, 3, 4, 5
 
 
 def block_slices(
@@ -104,6 +104,18 @@ def _rows(g: Any, fn: str, row: np.ndarray, failure: Exception | None, root_arg:
     return rows
 
 
+def _check_out_dtypes(rows: np.ndarray, code: int, fn: str, ranks: list[int], whose: str) -> None:
+    """Every ``out`` given has the data's dtype (checked on every rank alike, from the rows)."""
+    outs = rows[:, _OUT_DTYPE]
+    bad = np.flatnonzero((outs != -1) & (outs != code))  # -1: no out on that rank
+    if bad.size:
+        i = int(bad[0])
+        raise DtypeMismatchError(
+            f"{fn}: out has dtype {_dtype_of(int(outs[i]))} on world rank {ranks[i]}; expected "
+            f"{_dtype_of(code)}, {whose}"
+        )
+
+
 def _row(nd: int) -> np.ndarray:
     return np.full(_HEAD + 2 * nd, -1, np.int64)
 
@@ -156,6 +168,7 @@ def scatter_blocks(
         if out is not None:
             y = check_output(out, fn, "out")
             _check_ndim(y, geo, fn, "out")
+            row[_OUT_DTYPE] = _dtype_code(y.dtype, fn, "out")
             row[_HEAD + nd :] = y.shape
     except (ArgumentError, ArgumentTypeError) as exc:
         row[_FAILED], failure = 1, exc
@@ -172,8 +185,7 @@ def scatter_blocks(
                 f"{fn}: out has shape {tuple(r[_HEAD + nd :].tolist())} on world rank {g.ranks[i]}; expected "
                 f"{sizes[i]}, its block of global_array's {shape} (width {w})"
             )
-    if y is not None and y.dtype != dtype:
-        raise DtypeMismatchError(f"{fn}: out has dtype {y.dtype}; expected {dtype}, global_array's")
+    _check_out_dtypes(rows, int(rows[root, _DTYPE]), fn, g.ranks, "global_array's")
     dt = datatype(dtype)
     counts = [int(np.prod(s)) for s in sizes]
     displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
@@ -233,6 +245,7 @@ def gather_blocks(
         if out is not None and me == root:
             y = check_output(out, fn, "out")
             _check_ndim(y, geo, fn, "out")
+            row[_OUT_DTYPE] = _dtype_code(y.dtype, fn, "out")
             row[_HEAD + nd :] = y.shape
     except (ArgumentError, ArgumentTypeError) as exc:
         row[_FAILED], failure = 1, exc
@@ -247,6 +260,7 @@ def gather_blocks(
             f"{_dtype_of(int(codes[root]))}, the root's"
         )
     dtype = _dtype_of(int(codes[root]))
+    _check_out_dtypes(rows, int(codes[root]), fn, g.ranks, "the blocks'")
     wanted = tuple(rows[root, _HEAD + nd :].tolist())
     if wanted[0] >= 0 and wanted != shape:
         raise ArgumentError(

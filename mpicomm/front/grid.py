@@ -166,7 +166,8 @@ class CartGrid:
         ========  ===================================  =======================================
 
         Contiguous faces (whole rows of a C-ordered block) travel in place; strided ones (columns)
-        through buffers the grid keeps per layout. Every dtype, any strides (a view of a larger
+        through an MPI subarray datatype (up to 16 KiB, of a C-contiguous block) or a buffer the grid
+        keeps per layout, whichever MPICH moves faster. Every dtype, any strides (a view of a larger
         array), numpy arrays, torch CPU tensors and cupy arrays are taken. Neighbours' blocks must
         have the same sizes along the axes they share (the grid's cut, :meth:`block_slices`).
 

@@ -209,3 +209,20 @@ def test_neighbours_blocks_of_different_sizes_raise_a_communication_error() -> N
             r"world rank \d+; expected [56] \(u has shape \(4, [56]\) here\): neighbours' blocks must",
         ):
             grid.exchange_halos(u)
+
+
+def test_an_out_of_another_dtype_on_one_rank_raises_on_every_rank(grid: mpicomm.CartGrid) -> None:
+    rank = mpicomm.get_rank()
+    shape = tuple(s.stop - s.start for s in grid.block_slices((20, 20)))
+    out = np.zeros(shape, np.float32 if rank == 0 else np.float64)
+    with pytest.raises(
+        mpicomm.DtypeMismatchError,
+        match=r"^CartGrid.scatter_blocks: out has dtype float32 on world rank 0; expected float64, glob",
+    ):
+        grid.scatter_blocks(np.zeros((20, 20)) if rank == 0 else None, out=out)
+    whole = np.zeros((20, 20), np.int64) if rank == 0 else None
+    with pytest.raises(
+        mpicomm.DtypeMismatchError,
+        match=r"^CartGrid.gather_blocks: out has dtype int64 on world rank 0; expected float64, the blocks'",
+    ):
+        grid.gather_blocks(np.zeros(shape), out=whole)
