@@ -107,6 +107,7 @@ _WHERE: dict[str, str] = {
     "scatter": "mpicomm.front.collectives",
     "send": "mpicomm.front.collectives",
     "sendrecv": "mpicomm.front.collectives",
+    "CartGrid": "mpicomm.front.grid",
     "KJTAllToAll": "mpicomm.front.jagged",
     "KJTAllToAllAwaitable": "mpicomm.front.jagged",
     "KeyedJaggedArray": "mpicomm.front.jagged",
@@ -258,6 +259,7 @@ if TYPE_CHECKING:
         send,
         sendrecv,
     )
+    from .front.grid import CartGrid
     from .front.jagged import KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
     from .front.sparse import all_reduce_sparse
     from .jagged import JaggedArray, JaggedResult
@@ -285,6 +287,7 @@ __all__ = [
     "Array",
     "Backend",
     "BackendWarning",
+    "CartGrid",
     "CommunicationError",
     "CrossRankMismatchError",
     "DebugLevel",

@@ -12,7 +12,12 @@ rounds that alternate the contenders, the median of per-call times (max over ran
 * ``jagged_all_to_all`` at 8 B, 1 KiB, 64 KiB and 1 MiB of values per rank (4 rows per destination),
   against the C two-step (``MPI_Alltoall`` of counts, ``malloc``, ``MPI_Alltoallv``) and the same
   two-step from mpi4py;
-* ``KJTAllToAll`` at 1 KiB per rank (the bench's ``jagged`` shape) against the C two-step of its values.
+* ``KJTAllToAll`` at 1 KiB per rank (the bench's ``jagged`` shape) against the C two-step of its values;
+* ``CartGrid.exchange_halos`` of a 512x512 float64 block with one ghost layer (a ``(514, 514)`` array),
+  corners included, against the exchange written by hand with mpi4py on a ``Create_cart`` of the same
+  shape: each face copied out (``np.ascontiguousarray``), ``Sendrecv``, copied back into the ghost
+  layer, the rows spanning the ghost columns (the corners). Two grids: the ranks in one row (the
+  strided columns travel; the other axis is a fixed boundary) and in one column (the rows travel).
 
 Start-up: ``--launches`` runs each of ``mpiexec -n 2 python -c "import mpicomm; mpicomm.get_rank()"``
 and ``... "import numpy; from mpi4py import MPI; MPI.COMM_WORLD.Get_rank()"``, interleaved; medians.
@@ -40,6 +45,13 @@ import numpy as np
 __all__ = ["main"]
 
 LEVELS = ("mpicomm", "multiple", "single")
+#: The halo rows: name, the grid's dims at ``n`` ranks, periodic per axis.
+HALO_GRIDS = (
+    ("columns", lambda n: (1, n), (False, True)),
+    ("rows", lambda n: (n, 1), (True, False)),
+)
+#: The block's interior cells per axis.
+HALO_N = 512
 JAGGED_SIZES = (8, 1 << 10, 64 << 10, 1 << 20)
 IMPORTS = {
     "mpicomm": "import mpicomm; mpicomm.get_rank()",
@@ -136,10 +148,46 @@ def child(rounds: int) -> dict[str, Any]:
         sends = split_counts(c, n)[r] * 4
         kjt["C"] = partial(cloop.two_step, vals32, sends, 2000)
     measure("KJTAllToAll 1 KiB", kjt)
+
+    for name, dims_at, periodic in HALO_GRIDS:
+        grid = mpicomm.CartGrid(dims_at(n), periodic=periodic)
+        cart = comm.Create_cart(list(grid.dims), list(periodic), reorder=False)
+        ours, theirs = (np.random.default_rng(r).random((HALO_N + 2, HALO_N + 2)) for _ in range(2))
+        shifts = (cart.Shift(0, 1), cart.Shift(1, 1))
+        halo: dict[str, Callable[[], float]] = {
+            "mpicomm": partial(_per_call, comm, partial(grid.exchange_halos, ours), 400),
+            "mpi4py": partial(_per_call, comm, partial(hand_halos, cart, theirs, shifts), 400),
+        }
+        measure(f"exchange_halos {HALO_N}x{HALO_N} {name}", halo)
+        cart.Free()
+        mpicomm.destroy_process_group(grid.group)
     comm.Free()
     if r != 0:
         return {}
     return {"thread_level": _mpi.thread_level(), "c_loop": cloop.why or "built with mpicc", "rows": rows}
+
+
+def hand_halos(cart: Any, u: np.ndarray, shifts: tuple[tuple[int, int], tuple[int, int]]) -> None:
+    """The ghost layers of ``u`` filled as a hand-written mpi4py code fills them (the bench's baseline).
+
+    Columns first (interior rows), then rows spanning the ghost columns (the corners); each face copied
+    out, one ``Sendrecv``, the ghost layer copied back where a neighbour sent one.
+    """
+    from mpi4py import MPI
+
+    (up, down), (left, right) = shifts
+    null = MPI.PROC_NULL
+    rows = u.shape[0] - 2
+    for face, ghost, dst, src, tag in ((1, -1, left, right, 2), (-2, 0, right, left, 3)):
+        got = np.empty(rows)
+        cart.Sendrecv(np.ascontiguousarray(u[1:-1, face]), dst, tag, got, src, tag)
+        if src != null:
+            u[1:-1, ghost] = got
+    for face, ghost, dst, src, tag in ((1, -1, up, down, 0), (-2, 0, down, up, 1)):
+        got = np.empty(u.shape[1])
+        cart.Sendrecv(np.ascontiguousarray(u[face]), dst, tag, got, src, tag)
+        if src != null:
+            u[ghost] = got
 
 
 def _run_child(level: str, ranks: int, rounds: int) -> dict[str, Any]:
@@ -234,6 +282,12 @@ def targets(jobs: dict[str, dict[str, Any]], start: dict[str, float]) -> list[tu
     if "C" in ar:
         out.append(("all_reduce 8 B <= 1.3x C at mpicomm's level", ar["mpicomm"] / ar["C"], 1.3))
     out.append(("start-up <= 1.3x numpy+mpi4py", start["mpicomm"] / start["numpy+mpi4py"], 1.3))
+    for name, _, _ in HALO_GRIDS:
+        row = own.get(f"exchange_halos {HALO_N}x{HALO_N} {name}")
+        if row is not None:
+            out.append(
+                (f"exchange_halos {HALO_N}^2 {name} <= 1.15x mpi4py", row["mpicomm"] / row["mpi4py"], 1.15)
+            )
     return out
 
 
