@@ -1,4 +1,4 @@
-"""``python -m mpicomm`` and the ``mpicomm`` command: one tree, ``info``, ``demo``, ``plan``, ``bench``, ``trace``.
+"""``python -m mpicomm`` and the ``mpicomm`` command: ``info``, ``demo``, ``plan``, ``bench``, ``trace``.
 
 Each command is a program of :mod:`mpicomm.apps` with its own options (``mpicomm COMMAND --help``); the
 old module entry points (``python -m mpicomm.demo``, ``.plan``, ``.bench``) run the same programs.

@@ -23,7 +23,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Merge the trace of a run made with MPICOMM_TRACE=DIR and print where its time went.",
     )
     parser.add_argument("where", metavar="DIR", help="the trace directory (or a merged mpicomm-trace.json)")
-    parser.add_argument("--plot", metavar="PNG", help="write a bar chart of time per call and rank (matplotlib)")
+    parser.add_argument(
+        "--plot", metavar="PNG", help="write a bar chart of time per call and rank (matplotlib)"
+    )
     parser.add_argument("--sites", type=int, default=10, help="call sites listed (default 10)")
     return parser
 

@@ -10,6 +10,7 @@ the drift between them (:func:`offset_at` interpolates).
 
 from __future__ import annotations
 
+import itertools
 import time
 from time import perf_counter_ns
 from typing import Any
@@ -64,7 +65,7 @@ def offset_at(clock: list[tuple[int, int, int]] | list[list[int]], t: float) -> 
     points = sorted((float(s[0]), float(s[1])) for s in clock)
     if t <= points[0][0]:
         return points[0][1]
-    for (t0, o0), (t1, o1) in zip(points, points[1:], strict=False):
+    for (t0, o0), (t1, o1) in itertools.pairwise(points):
         if t <= t1:
             return o0 + (o1 - o0) * (t - t0) / (t1 - t0) if t1 > t0 else o1
     return points[-1][1]

@@ -39,7 +39,14 @@ def rank_document(rec: Recorder, rank: int, size: int, run: int) -> dict[str, An
     kinds, paths, rows = rec.kinds.items, rec.paths, rec.rows
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "ts": 0, "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
-        {"name": "process_sort_index", "ph": "M", "ts": 0, "pid": rank, "tid": 0, "args": {"sort_index": rank}},
+        {
+            "name": "process_sort_index",
+            "ph": "M",
+            "ts": 0,
+            "pid": rank,
+            "tid": 0,
+            "args": {"sort_index": rank},
+        },
     ]
     starts: list[int] = []
     for i in range(rec.n):
@@ -59,8 +66,16 @@ def rank_document(rec: Recorder, rank: int, size: int, run: int) -> dict[str, An
         if i >= rec.n:
             continue
         name, tid = names[rows[o]], rows[o + 11]
-        events.append(_complete(f"wait {name}", "mpicomm.wait", w0, w1, rank, tid, {"call": i, "done": bool(done)}))
-        flight = {"cat": "mpicomm.async", "name": f"{name} in flight", "id": f"{rank}.{i}", "pid": rank, "tid": tid}
+        events.append(
+            _complete(f"wait {name}", "mpicomm.wait", w0, w1, rank, tid, {"call": i, "done": bool(done)})
+        )
+        flight = {
+            "cat": "mpicomm.async",
+            "name": f"{name} in flight",
+            "id": f"{rank}.{i}",
+            "pid": rank,
+            "tid": tid,
+        }
         events.append({**flight, "ph": "b", "ts": starts[i] / 1e3})
         events.append({**flight, "ph": "e", "ts": w1 / 1e3})
     meta = {"rank": rank, "size": size, "run": run, "clock": [list(s) for s in rec.clock]}
@@ -68,7 +83,9 @@ def rank_document(rec: Recorder, rank: int, size: int, run: int) -> dict[str, An
     return {"traceEvents": events, "displayTimeUnit": "ms", "mpicomm": meta}
 
 
-def _complete(name: str, cat: str, start: int, end: int, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
+def _complete(
+    name: str, cat: str, start: int, end: int, pid: int, tid: int, args: dict[str, Any]
+) -> dict[str, Any]:
     return {"name": name, "cat": cat, "ph": "X", "ts": start / 1e3, "dur": (end - start) / 1e3, "pid": pid,
             "tid": tid, "args": args}  # fmt: skip
 
@@ -89,7 +106,9 @@ def merge(directory: str | os.PathLike[str]) -> Path:
     where = Path(directory)
     docs = [json.loads(p.read_text()) for p in _rank_files(where)]
     if not docs:
-        raise FileNotFoundError(f"mpicomm trace: no {_RANK}*.json in {where}; expected a run with MPICOMM_TRACE={where}")
+        raise FileNotFoundError(
+            f"mpicomm trace: no {_RANK}*.json in {where}; expected a run with MPICOMM_TRACE={where}"
+        )
     latest = max(docs, key=lambda d: (d["mpicomm"]["rank"] == 0, d["mpicomm"]["end"]))["mpicomm"]["run"]
     docs = sorted((d for d in docs if d["mpicomm"]["run"] == latest), key=lambda d: int(d["mpicomm"]["rank"]))
     shift = {d["mpicomm"]["rank"]: _shift(d["mpicomm"]["clock"]) for d in docs}

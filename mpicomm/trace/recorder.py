@@ -72,7 +72,12 @@ class Call:
     __slots__ = ("collective", "group", "name", "nid", "slots")
 
     def __init__(
-        self, name: str, nid: int, slots: tuple[tuple[int, str, bool, bool], ...], group: int, collective: bool
+        self,
+        name: str,
+        nid: int,
+        slots: tuple[tuple[int, str, bool, bool], ...],
+        group: int,
+        collective: bool,
     ) -> None:
         self.name, self.nid, self.slots, self.group, self.collective = name, nid, slots, group, collective
 
@@ -203,7 +208,7 @@ class Recorder:
     # -- what a row refers to
 
     def site(self) -> int:
-        """The call site: the index of ``file:line (function)`` of the first frame outside mpicomm and torch."""
+        """The index of the call site ``file:line (function)``: the first frame outside mpicomm and torch."""
         f = sys._getframe(2)
         inside = self._inside
         while f.f_back is not None:

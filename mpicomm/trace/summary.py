@@ -78,7 +78,10 @@ def summarise(doc: dict[str, Any]) -> Summary:
         if e.get("ph") != "X" or e.get("cat") != "mpicomm":
             continue
         args, name, seconds = e["args"], e["name"], e["dur"] / 1e6
-        for line in (by_name.setdefault(name, Line(name)), by_site.setdefault((args["site"], name), Line(name))):
+        for line in (
+            by_name.setdefault(name, Line(name)),
+            by_site.setdefault((args["site"], name), Line(name)),
+        ):
             line.count += 1
             line.sent += args.get("sent", 0)
             line.recv += args.get("recv", 0)
@@ -132,7 +135,8 @@ def table(s: Summary, sites: int = 10) -> str:
         )
     out += ["", f"{'call site':<60}{'calls':>8}{'time s':>11}{'mean us':>11}{'% run':>8}"]
     for x in s.sites[:sites]:
-        out.append(f"{_short_site(x.name)[:59]:<60}{x.count:>8}{x.seconds:>11.4f}{x.mean_us:>11.1f}{100 * x.share:>8.2f}")
+        site = _short_site(x.name)[:59]
+        out.append(f"{site:<60}{x.count:>8}{x.seconds:>11.4f}{x.mean_us:>11.1f}{100 * x.share:>8.2f}")
     if s.late:
         worst = max(s.late, key=lambda r: s.late[r])
         total = sum(s.late.values())

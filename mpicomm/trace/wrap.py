@@ -68,9 +68,18 @@ CALLS: dict[str, dict[str, str]] = {
 }
 #: Calls only some ranks of the group make: no sequence number (they are not matched across ranks).
 POINT_TO_POINT = frozenset(
-    ("send", "recv", "isend", "irecv", "sendrecv", "batch_isend_irecv", "send_object_list", "recv_object_list",
-     "wait_all")
-)  # fmt: skip
+    [
+        "send",
+        "recv",
+        "isend",
+        "irecv",
+        "sendrecv",
+        "batch_isend_irecv",
+        "send_object_list",
+        "recv_object_list",
+        "wait_all",
+    ]
+)
 #: Where the torch backend, torch's group methods and mpicomm's own programs find the calls; each name
 #: of these modules that is one of the untraced calls is replaced. Private names: the torch backend's.
 _MODULES = ("mpicomm.front.collectives", "mpicomm.front.coalesced", "mpicomm.front.sparse", "mpicomm.objects",
@@ -108,7 +117,9 @@ def traced(fn_name: str, public_callable: F, roles: dict[str, str], recorder: Re
     rec = RECORDER if recorder is None else recorder
     names = list(inspect.signature(public_callable).parameters)
     slots = tuple(
-        (names.index(a), a, role in (READ, BOTH), role in (WRITE, BOTH)) for a, role in roles.items() if a in names
+        (names.index(a), a, role in (READ, BOTH), role in (WRITE, BOTH))
+        for a, role in roles.items()
+        if a in names
     )
     group = names.index("group") if "group" in names else -1
     call = Call(fn_name, rec.names.id(fn_name), slots, group, fn_name not in POINT_TO_POINT)
