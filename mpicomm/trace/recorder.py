@@ -141,8 +141,10 @@ class Recorder:
             flags: int) -> None:  # fmt: skip
         """Record one call that ran from ``start`` to ``end`` and returned ``out``."""
         i = self.n
-        if i == self.cap and not self._grow():
-            return
+        if i == self.cap:
+            if not self._grow():
+                return
+            i = self.n  # 0 again in a ring
         n, sent, recv, first = len(args), 0, 0, None
         for pos, arg, reads, writes in call.slots:
             x = args[pos] if pos < n else kwargs.get(arg)
