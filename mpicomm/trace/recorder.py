@@ -188,7 +188,7 @@ class Recorder:
         """Record a wait (or a test that found it done, ``done``) on the Work of call row ``index``."""
         j = self.nwaits
         if (j + 1) * WAIT_WIDTH > len(self.waits):
-            self.waits.extend(bytes(len(self.waits) * 8))
+            self.waits.frombytes(bytes(len(self.waits) * 8))
         o = j * WAIT_WIDTH
         self.waits[o], self.waits[o + 1], self.waits[o + 2], self.waits[o + 3] = index, start, end, int(done)
         self.nwaits = j + 1
@@ -203,7 +203,7 @@ class Recorder:
             self.dropped += 1
             return False
         grow = min(self.cap, self.limit - self.cap)
-        self.rows.extend(bytes(8 * WIDTH * grow))
+        self.rows.frombytes(bytes(8 * WIDTH * grow))
         self.cap += grow
         return True
 
