@@ -49,6 +49,7 @@ def rank_document(rec: Recorder, rank: int, size: int, run: int) -> dict[str, An
         },
     ]
     starts: list[int] = []
+    threads: dict[int, int] = {}  # thread idents as 0, 1, ... in order of their first call
     for i in range(rec.n):
         o = i * WIDTH
         name, flags, start, end = names[rows[o]], rows[o + 10], rows[o + 7], rows[o + 8]
@@ -58,14 +59,15 @@ def rank_document(rec: Recorder, rank: int, size: int, run: int) -> dict[str, An
             "kind": kinds[rows[o + 3]], "path": paths[rows[o + 4]], "site": sites[rows[o + 2]], "call": i,
             "async": bool(flags & ASYNC), "failed": bool(flags & FAILED),
         }  # fmt: skip
-        events.append(_complete(name, "mpicomm", start, end, rank, rows[o + 11], args))
+        tid = threads.setdefault(rows[o + 11], len(threads))
+        events.append(_complete(name, "mpicomm", start, end, rank, tid, args))
     waits = rec.waits
     for j in range(rec.nwaits):
         i, w0, w1, done = waits[j * WAIT_WIDTH : (j + 1) * WAIT_WIDTH]
         o = i * WIDTH
         if i >= rec.n:
             continue
-        name, tid = names[rows[o]], rows[o + 11]
+        name, tid = names[rows[o]], threads.get(rows[o + 11], 0)
         events.append(
             _complete(f"wait {name}", "mpicomm.wait", w0, w1, rank, tid, {"call": i, "done": bool(done)})
         )
