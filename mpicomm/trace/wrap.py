@@ -207,6 +207,8 @@ def install(namespace: str, directory: str | None = None) -> None:
                 setattr(module, attr, traced(*_PRIVATE[attr][:1], value, _PRIVATE[attr][1]))
     _watch_works(RECORDER)
     RECORDER.installed = True  # type: ignore[attr-defined]
+    # mpi4py finalizes MPI from a C-level exit hook (Py_AtExit), which runs after every handler of
+    # Python's atexit whenever they were registered: the files are written while MPI still works
     atexit.register(output.finish, RECORDER, where)
 
 
