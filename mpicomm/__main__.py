@@ -1,4 +1,4 @@
-"""``python -m mpicomm`` and the ``mpicomm`` command: one tree, ``info``, ``demo``, ``plan``, ``bench``.
+"""``python -m mpicomm`` and the ``mpicomm`` command: ``info``, ``demo``, ``plan``, ``bench``, ``trace``.
 
 Each command is a program of :mod:`mpicomm.apps` with its own options (``mpicomm COMMAND --help``); the
 old module entry points (``python -m mpicomm.demo``, ``.plan``, ``.bench``) run the same programs.
@@ -22,6 +22,7 @@ examples:
   python -m mpicomm plan jobs/sharded.toml plan sharding options onto ranks (no MPI needed)
   mpirun -n 2 python -m mpi4py -m mpicomm bench --ops all_reduce
                                            mpicomm against raw mpi4py
+  python -m mpicomm trace DIR              the calls of a run made with MPICOMM_TRACE=DIR, per call and site
 
 Every command takes --help. `mpicomm COMMAND` (the installed script) is the same as
 `python -m mpicomm COMMAND`; under mpirun, `python -m mpi4py -m mpicomm` makes a failing rank end the job."""
@@ -31,6 +32,7 @@ _COMMANDS = {
     "demo": "run every collective and a halo exchange on small data and check them against numpy",
     "plan": "plan sharding options onto ranks, print the plan, write it and the Slurm script (no MPI)",
     "bench": "benchmark mpicomm against raw mpi4py (run it under mpirun)",
+    "trace": "merge a run traced with MPICOMM_TRACE=DIR and print where its time went (no MPI)",
 }
 
 
@@ -58,6 +60,8 @@ def _program(command: str) -> Callable[[list[str]], int]:
         from .apps.demo import main as program
     elif command == "plan":
         from .apps.plan import main as program
+    elif command == "trace":
+        from .apps.trace import main as program
     else:
         from .apps.bench.run import main as program
     return program

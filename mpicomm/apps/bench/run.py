@@ -67,6 +67,7 @@ from .objects import objects_lines, objects_report
 from .report import HEAD, WIDTHS, line, row, table, target, target_lines
 from .torch_backend import torch_backend, torch_backend_lines
 from .torch_cost import torch_cost, torch_cost_lines
+from .traced import _traced
 
 __all__ = ["main"]
 
@@ -136,6 +137,8 @@ OPS: dict[str, Spec] = {
     "all_reduce_validated": Spec(
         _validated, "validated", "numpy", "mpicomm.all_reduce, validation off", "allreduce"
     ),
+    # What MPICOMM_TRACE costs a call: the traced wrapper (mpicomm.trace) against the untraced call.
+    "all_reduce_traced": Spec(_traced, "traced", "untraced", "mpicomm.all_reduce, untraced", "allreduce"),
     # A/A: the same raw call against itself on the same memory; its ratio is the harness's noise floor.
     "noise_floor": Spec(_all_reduce, "mpi4py", "mpi4py", "Allreduce(IN_PLACE) again (A/A)", "allreduce"),
 }
