@@ -14,6 +14,7 @@ setup(
             [
                 "mpicomm/core/_cmpi.c",
                 "mpicomm/core/_cmpi_lists.c",
+                "mpicomm/core/_cmpi_pack.c",
                 "mpicomm/core/_cmpi_jagged.c",
                 "mpicomm/core/_cmpi_door.c",
             ],
