@@ -98,7 +98,7 @@ _WHERE: dict[str, str] = {
     "gather": "mpicomm.front.collectives",
     "irecv": "mpicomm.front.collectives",
     "isend": "mpicomm.front.collectives",
-    "jagged_all_to_all": "mpicomm.front.collectives",
+    "jagged_all_to_all": "mpicomm.front.jagged_call",
     "recv": "mpicomm.front.collectives",
     "reduce": "mpicomm.front.collectives",
     "reduce_scatter": "mpicomm.front.collectives",
@@ -248,7 +248,6 @@ if TYPE_CHECKING:
         gather,
         irecv,
         isend,
-        jagged_all_to_all,
         recv,
         reduce,
         reduce_scatter,
@@ -259,6 +258,7 @@ if TYPE_CHECKING:
         sendrecv,
     )
     from .front.jagged import KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
+    from .front.jagged_call import jagged_all_to_all
     from .front.sparse import all_reduce_sparse
     from .jagged import JaggedArray, JaggedResult
     from .objects import (

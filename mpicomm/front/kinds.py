@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
-from ..gpu.backend import backend
 
 __all__ = [
     "CUDA",
@@ -305,6 +304,13 @@ def _bfloat16(fn: str, arg: str) -> np.dtype[Any]:
 def _device_view(x: Any, fn: str, arg: str) -> Any:
     """A device array of the GPU backend over ``x``'s memory (no copy; cupy is imported only now)."""
     return backend().wrap(x, fn, arg)
+
+
+def backend() -> Any:
+    """The GPU backend, imported on the first device array: a numpy program loads no GPU machinery."""
+    from ..gpu.backend import backend as gpu_backend
+
+    return gpu_backend()
 
 
 def _cuda_view(t: Any, fn: str, arg: str) -> Any:
