@@ -12,7 +12,8 @@ rounds that alternate the contenders, the median of per-call times (max over ran
 * ``jagged_all_to_all`` at 8 B, 1 KiB, 64 KiB and 1 MiB of values per rank (4 rows per destination),
   against the C two-step (``MPI_Alltoall`` of counts, ``malloc``, ``MPI_Alltoallv``) and the same
   two-step from mpi4py;
-* ``KJTAllToAll`` at 1 KiB per rank (the bench's ``jagged`` shape) against the C two-step of its values.
+* ``KJTAllToAll`` at 1 KiB per rank (the bench's ``jagged`` shape) against the C two-step of its values;
+* ``all_reduce`` of 4, 8 and 16 MiB against raw ``Allreduce(IN_PLACE)`` (issue 44, :func:`large_rows`).
 
 Start-up: ``--launches`` runs each of ``mpiexec -n 2 python -c "import mpicomm; mpicomm.get_rank()"``
 and ``... "import numpy; from mpi4py import MPI; MPI.COMM_WORLD.Get_rank()"``, interleaved; medians.
@@ -138,10 +139,52 @@ def child(rounds: int) -> dict[str, Any]:
         sends = split_counts(c, n)[r] * 4
         kjt["C"] = partial(cloop.two_step, vals32, sends, 2000)
     measure("KJTAllToAll 1 KiB", kjt)
+    large_rows(mpicomm, comm, measure)
     comm.Free()
     if r != 0:
         return {}
     return {"thread_level": _mpi.thread_level(), "c_loop": cloop.why or "built with mpicc", "rows": rows}
+
+
+#: Issue 44's large all_reduce sizes: one chunk, two, four (``MPICOMM_STAGING_CHUNK``'s default 4 MiB).
+LARGE_SIZES = (4 << 20, 8 << 20, 16 << 20)
+
+
+def large_rows(
+    mpicomm: Any, comm: Any, measure: Callable[[str, dict[str, Callable[[], float]]], None]
+) -> None:
+    """``all_reduce`` of 4, 8 and 16 MiB of float64 in place: mpicomm against raw ``Allreduce(IN_PLACE)``.
+
+    mpicomm's calls go on its world, the raw ones on the bench's own communicator: each sees only its
+    own calls (the raw one also the bench's timing barriers, as mpicomm's world sees none of them).
+    """
+    from mpicomm import _mpi
+
+    MPI = _mpi.MPI
+    for nbytes in LARGE_SIZES:
+        x = np.ones(nbytes // 8)
+        it = 10
+        measure(
+            f"all_reduce {nbytes >> 20} MiB",
+            {
+                "mpicomm": partial(_per_call, comm, partial(mpicomm.all_reduce, x), it),
+                "mpi4py": partial(
+                    _per_call, comm, partial(comm.Allreduce, MPI.IN_PLACE, [x, MPI.DOUBLE]), it
+                ),
+            },
+        )
+
+
+def large_targets(own: dict[str, dict[str, float]]) -> list[tuple[str, float, float]]:
+    """Issue 44's target for the large all_reduce rows: at most 1.03x raw at each size."""
+    out = []
+    for nbytes in LARGE_SIZES:
+        row = own.get(f"all_reduce {nbytes >> 20} MiB")
+        if row is not None:
+            out.append(
+                (f"all_reduce {nbytes >> 20} MiB <= 1.03x mpi4py", row["mpicomm"] / row["mpi4py"], 1.03)
+            )
+    return out
 
 
 def _run_child(level: str, ranks: int, rounds: int) -> dict[str, Any]:
@@ -321,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, v in first.items():
         ms = f"{v['first'] * 1e3:.2f} ms; import+init+first call {v['total'] * 1e3:.1f} ms"
         print(f"first call, {name}: {ms}")
-    rows = targets(jobs, start) + first_call_targets(first)
+    rows = targets(jobs, start) + first_call_targets(first) + large_targets(jobs["mpicomm"]["rows"])
     print(f"\n{'target':<48} {'ratio':>6}  met")
     for text, ratio, limit in rows:
         print(f"{text:<48} {ratio:6.2f}  {'yes' if ratio <= limit else 'NO'}")
