@@ -17,10 +17,11 @@ cupy array                                 ``cupy``    the array itself
 object with ``__cuda_array_interface__``   ``cuda``    a zero-copy device array
 object with ``__array_interface__``        ``host``    a zero-copy numpy view (``numpy.asarray``)
 object with ``__dlpack__`` only            ``dlpack``  a numpy view (CPU) or device array (CUDA)
-any other buffer-protocol object           ``buffer``  a zero-copy numpy view of its memoryview
-(``bytearray``, ``mmap``, ``memoryview``,              (its format's dtype: bytes for a
-``array.array``, ctypes arrays, ``bytes``)             ``bytearray`` or ``mmap``, as mpi4py sends
-                                                       them; ``bytes`` read-only)
+any other buffer-protocol object           ``buffer``  a zero-copy numpy view of its memoryview in
+                                                       its format's dtype (``bytearray``, ``mmap``:
+                                                       bytes, as mpi4py sends them; ``memoryview``,
+                                                       ``array.array``, ctypes arrays; ``bytes``
+                                                       read-only)
 =========================================  ==========  ==========================================
 """
 

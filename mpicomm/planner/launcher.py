@@ -170,7 +170,7 @@ def library_version(python: str, timeout: float = 60.0) -> str | None:
 def job_launcher(environ: Mapping[str, str] | None = None, mpi: str = "pmi2") -> tuple[str, LauncherChoice]:
     """The launcher a batch script submitted from this environment would use, and the interpreter it asked.
 
-    The interpreter is the scripts' (:func:`job_python`); its MPI library version is read in a
+    The interpreter is the scripts' (``job_python``); its MPI library version is read in a
     child process (``library_version``), so the answer holds for the nodes when they see the same
     interpreter.
 
@@ -212,7 +212,7 @@ def _hydra_args(layout: RankLayout) -> str:
 
 
 def _python_lines() -> list[str]:
-    """The script's interpreter, as :func:`job_python` answers.
+    """The script's interpreter, as ``job_python`` answers.
 
     ``MPICOMM_PYTHON``, else the active virtual environment's, else the job directory's ``.venv``
     (``make venv``), else ``python3``.
@@ -270,7 +270,7 @@ def launch_lines(layout: RankLayout, command: Sequence[str], mpi: str = "pmi2") 
     """The shell lines of a batch script that choose the launcher and run ``command`` on every rank.
 
     ``MPICOMM_LAUNCHER`` (default ``auto``) picks ``mpiexec`` or ``srun`` as :func:`choose_launcher` does,
-    reading the version string of the job's interpreter's MPI library (:func:`job_python`: ``MPICOMM_PYTHON``,
+    reading the version string of the job's interpreter's MPI library (``job_python``: ``MPICOMM_PYTHON``,
     the active virtual environment's, ``./.venv``'s, ``python3``); the script prints its
     choice and reason on stderr. Both forms keep the same promises: the ranks the job got
     (``$SLURM_NTASKS``), the layout's placement (``mpiexec -ppn 1`` deals ranks round robin for a cyclic
