@@ -16,6 +16,7 @@ setup(
             [
                 "mpicomm/core/_cmpi.c",
                 "mpicomm/core/_cmpi_lists.c",
+                "mpicomm/core/_cmpi_pack.c",
                 "mpicomm/core/_cmpi_jagged.c",
             ],
             depends=["mpicomm/core/_cmpi.h"],

@@ -98,7 +98,7 @@ _WHERE: dict[str, str] = {
     "gather": "mpicomm.front.collectives",
     "irecv": "mpicomm.front.collectives",
     "isend": "mpicomm.front.collectives",
-    "jagged_all_to_all": "mpicomm.front.collectives",
+    "jagged_all_to_all": "mpicomm.front.jagged_call",
     "recv": "mpicomm.front.collectives",
     "reduce": "mpicomm.front.collectives",
     "reduce_scatter": "mpicomm.front.collectives",
@@ -249,7 +249,6 @@ if TYPE_CHECKING:
         gather,
         irecv,
         isend,
-        jagged_all_to_all,
         recv,
         reduce,
         reduce_scatter,
@@ -261,6 +260,7 @@ if TYPE_CHECKING:
     )
     from .front.grid import CartGrid
     from .front.jagged import KeyedJaggedArray, KJTAllToAll, KJTAllToAllAwaitable
+    from .front.jagged_call import jagged_all_to_all
     from .front.sparse import all_reduce_sparse
     from .jagged import JaggedArray, JaggedResult
     from .objects import (

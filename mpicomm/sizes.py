@@ -16,7 +16,8 @@ from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["format_size", "parse_size"]
 
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?\s*", re.IGNORECASE)
+# a pattern, compiled (and cached by re) on the first size parsed, not at import (issue 44)
+_SIZE = r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?\s*"
 _SHIFT = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
 EXAMPLES = "4194304, 512K, 4M, 4MiB or 80GiB"
 
@@ -55,7 +56,7 @@ def parse_size(value: object, fn: str, arg: str) -> int:
         if value < 0:
             raise ArgumentError(f"{fn}: {arg} is {value}; expected a byte count >= 0")
         return value
-    m = _SIZE.fullmatch(value.replace("_", ""))
+    m = re.fullmatch(_SIZE, value.replace("_", ""), re.IGNORECASE)
     if m is None:
         raise ArgumentError(f"{fn}: {arg} is {value!r}; expected a byte count such as {EXAMPLES}")
     number, unit = str(m[1]), str(m[2]).lower()

@@ -176,114 +176,6 @@ static PyObject *alltoallv(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return done(&b, call_alltoallv(s, sc, sd, r, rc, rd, dt, comm));
 }
 
-/* Strided views (a ghost column u[:, 0], a[:, ::2], a.T) in send, recv and sendrecv_checked: packed
- * into scratch memory kept per thread (the GIL is released around MPI, so two threads may be in a
- * call at once) and sent contiguous, which measured 0.6-1x "np.ascontiguousarray + a contiguous
- * call + copy back" where MPICH's derived datatypes measured 2-20x (docs/halo.rst). A view MPI
- * moves well by datatype (runs of RUN_LIMIT contiguous bytes or more), or a message above
- * PACK_LIMIT bytes, goes to the Python path, which sends it through a cached derived datatype
- * (mpicomm.core.buffers, mpicomm.core.layouts). The scratch memory stays allocated: at most
- * PACK_LIMIT bytes a thread. */
-#define PACK_LIMIT ((Py_ssize_t)1 << 26)
-#define RUN_LIMIT ((Py_ssize_t)1 << 16)
-static _Thread_local char *scratch;
-static _Thread_local Py_ssize_t scratch_size;
-
-static int grow(Py_ssize_t need) {
-    char *more = PyMem_RawRealloc(scratch, (size_t)need);
-    if (more == NULL) return 0;
-    scratch = more;
-    scratch_size = need;
-    return 1;
-}
-
-/* A numpy array's buffer with its strides (any layout), the output one writeable. */
-static inline int get_strided(Bufs *b, PyObject *obj, int writable) {
-    if (Py_TYPE(obj) != S.t_ndarray) return 0;
-    int flags = PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, &b->v[b->n], flags) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    b->n++;
-    if (b->v[b->n - 1].ndim > 32) return 0; /* released with the others */
-    return 1;
-}
-
-/* Whether a buffer lies C-contiguous (strides as a C array of its shape would have). */
-static int flat(const Py_buffer *v) {
-    Py_ssize_t step = v->itemsize;
-    for (int d = v->ndim - 1; d >= 0; d--) {
-        if (v->shape[d] > 1 && v->strides[d] != step) return 0;
-        step *= v->shape[d];
-    }
-    return 1;
-}
-
-/* Whether a strided buffer is better left to a derived datatype: long contiguous runs. */
-static int long_runs(const Py_buffer *v) {
-    Py_ssize_t run = v->itemsize;
-    for (int d = v->ndim - 1; d >= 0 && (v->shape[d] <= 1 || v->strides[d] == run); d--) run *= v->shape[d];
-    return run >= RUN_LIMIT;
-}
-
-/* The lowest byte a buffer touches and one past the highest. */
-static void bounds(const Py_buffer *v, const char **lo, const char **hi) {
-    const char *l = v->buf, *h = (const char *)v->buf + v->itemsize;
-    for (int d = 0; d < v->ndim; d++) {
-        Py_ssize_t reach = (v->shape[d] - 1) * v->strides[d];
-        if (v->shape[d] == 0) return (void)(*lo = *hi = v->buf);
-        if (reach < 0) l += reach; else h += reach;
-    }
-    *lo = l;
-    *hi = h;
-}
-
-/* Whether two buffers surely share no byte: byte ranges apart, or two 1-D views of one stride whose
- * elements interleave without touching (the columns of one array). Anything else: 0, and the Python
- * path answers exactly (numpy.shares_memory). */
-static int disjoint(const Py_buffer *x, const Py_buffer *y) {
-    const char *xl, *xh, *yl, *yh;
-    if (x->len == 0 || y->len == 0) return 1;
-    bounds(x, &xl, &xh);
-    bounds(y, &yl, &yh);
-    if (xh <= yl || yh <= xl) return 1;
-    if (x->ndim != 1 || y->ndim != 1 || x->strides[0] != y->strides[0] || x->strides[0] <= 0) return 0;
-    Py_ssize_t stride = x->strides[0], d = ((const char *)y->buf - (const char *)x->buf) % stride;
-    if (d < 0) d += stride;
-    return d >= x->itemsize && stride - d >= y->itemsize;
-}
-
-/* Copy between a strided buffer and `flat` memory in C order (to_flat: gather, else scatter). */
-static void strided_copy(const Py_buffer *v, char *contiguous, int to_flat) {
-    Py_ssize_t e = v->itemsize, total = v->itemsize > 0 ? v->len / v->itemsize : 0, idx[32] = {0};
-    int nd = v->ndim;
-    if (total == 0) return;
-    Py_ssize_t inner_n = nd > 0 ? v->shape[nd - 1] : 1, inner_s = nd > 0 ? v->strides[nd - 1] : e;
-    char *row = v->buf;
-    for (Py_ssize_t k = 0; k < total; k += inner_n) {
-        char *p = row, *f = contiguous + k * e;
-        if (e == 8) {
-            for (Py_ssize_t i = 0; i < inner_n; i++, p += inner_s, f += 8)
-                if (to_flat) memcpy(f, p, 8); else memcpy(p, f, 8);
-        } else if (e == 4) {
-            for (Py_ssize_t i = 0; i < inner_n; i++, p += inner_s, f += 4)
-                if (to_flat) memcpy(f, p, 4); else memcpy(p, f, 4);
-        } else {
-            for (Py_ssize_t i = 0; i < inner_n; i++, p += inner_s, f += e)
-                if (to_flat) memcpy(f, p, (size_t)e); else memcpy(p, f, (size_t)e);
-        }
-        for (int d = nd - 2; d >= 0; d--) { /* the next row: odometer over the outer dims */
-            if (++idx[d] < v->shape[d]) {
-                row += v->strides[d];
-                break;
-            }
-            row -= v->strides[d] * (v->shape[d] - 1);
-            idx[d] = 0;
-        }
-    }
-}
-
 /* send(buf, datatype, dest, tag, comm) and recv(buf, datatype, source, tag, comm); a message
  * longer than recv's buf is MPI's truncation error. */
 static PyObject *p2p(PyObject *const *a, Py_ssize_t nargs, int receive) {
@@ -297,18 +189,13 @@ static PyObject *p2p(PyObject *const *a, Py_ssize_t nargs, int receive) {
     Py_ssize_t n = elements(&b.v[0]);
     if (n < 0 || n > INT_MAX) return cannot(&b);
     void *buf = b.v[0].buf;
-    int packed = !flat(&b.v[0]);
+    int packed = !pack_flat(&b.v[0]);
     if (packed) {
-        if (b.v[0].len > PACK_LIMIT || long_runs(&b.v[0]) || (scratch_size < b.v[0].len && !grow(b.v[0].len)))
+        if (b.v[0].len > PACK_LIMIT || pack_long_runs(&b.v[0]) || (buf = pack_scratch(b.v[0].len)) == NULL)
             return cannot(&b);
-        buf = scratch;
-        if (!receive) strided_copy(&b.v[0], scratch, 1);
+        if (!receive) strided_copy(&b.v[0], buf, 1, -1);
     }
-    /* MPI_Status is at most a few dozen bytes in every ABI; 256 aligned bytes hold any of them. */
-    union {
-        char bytes[256];
-        long double align;
-    } status;
+    Status status;
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
 #define SEND(C) ((int (*)(const void *, int, C##_T, int, int, C##_T))S.fn[F_SEND])(buf, (int)n, C(dt), peer, tag, C(comm))
@@ -321,7 +208,7 @@ static PyObject *p2p(PyObject *const *a, Py_ssize_t nargs, int receive) {
 #undef SEND
 #undef RECV
     Py_END_ALLOW_THREADS;
-    if (packed && receive && !ierr) strided_copy(&b.v[0], scratch, 0);
+    if (packed && receive && !ierr) strided_copy(&b.v[0], buf, 0, received(&status));
     return done(&b, ierr);
 }
 
@@ -334,16 +221,14 @@ static int counts_fit(Bufs *b, Py_ssize_t *ns, Py_ssize_t *nr) {
 
 /* MPI_Sendrecv with the GIL released (the status is not read); the counts fit an int (counts_fit). */
 static int call_sendrecv(const void *s, Py_ssize_t ns, H sdt, int dest, int stag, void *r, Py_ssize_t nr, H rdt,
-                         int source, int rtag, H comm) {
-    union {
-        char bytes[256];
-        long double align;
-    } status;
+                         int source, int rtag, H comm, Status *st) {
+    Status own;
+    Status *status = st != NULL ? st : &own;
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
 #define CALL(C)                                                                                        \
     ((int (*)(const void *, int, C##_T, int, int, void *, int, C##_T, int, int, C##_T, void *))S.fn[F_SENDRECV])( \
-        s, (int)ns, C(sdt), dest, stag, r, (int)nr, C(rdt), source, rtag, C(comm), &status)
+        s, (int)ns, C(sdt), dest, stag, r, (int)nr, C(rdt), source, rtag, C(comm), status)
     ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
     Py_END_ALLOW_THREADS;
@@ -365,7 +250,7 @@ static PyObject *sendrecv(PyObject *self, PyObject *const *a, Py_ssize_t nargs) 
     if (!get(&b, a[0], 0) || !get(&b, a[4], 1) || !apart(&b.v[0], &b.v[1])) return cannot(&b);
     Py_ssize_t ns, nr;
     if (!counts_fit(&b, &ns, &nr)) return cannot(&b);
-    return done(&b, call_sendrecv(b.v[0].buf, ns, sdt, dest, stag, b.v[1].buf, nr, rdt, source, rtag, comm));
+    return done(&b, call_sendrecv(b.v[0].buf, ns, sdt, dest, stag, b.v[1].buf, nr, rdt, source, rtag, comm, NULL));
 }
 
 #define BAD LONG_MIN /* no rank or tag MPI takes (MPI_PROC_NULL is -1 in MPICH, -2 in Open MPI) */
@@ -459,25 +344,29 @@ static PyObject *sendrecv_checked(PyObject *self, PyObject *const *a, Py_ssize_t
     if (stype == NULL || rtype == NULL || !handle_of(stype, S.t_datatype, &sdt) ||
         !handle_of(rtype, S.t_datatype, &rdt))
         return cannot(&b);
-    if (!get_strided(&b, a[0], 0) || !get_strided(&b, a[1], 1) || !disjoint(&b.v[0], &b.v[1])) return cannot(&b);
+    if (!get_strided(&b, a[0], 0) || !get_strided(&b, a[1], 1) || !pack_disjoint(&b.v[0], &b.v[1]))
+        return cannot(&b);
     Py_ssize_t ns, nr;
     if (!counts_fit(&b, &ns, &nr)) return cannot(&b);
     /* a strided view travels through this thread's scratch memory: packed before, unpacked after */
-    int pack_s = !flat(&b.v[0]), pack_r = !flat(&b.v[1]);
+    int pack_s = !pack_flat(&b.v[0]), pack_r = !pack_flat(&b.v[1]);
     Py_ssize_t need = (pack_s ? b.v[0].len : 0) + (pack_r ? b.v[1].len : 0);
-    if (need > PACK_LIMIT || (pack_s && long_runs(&b.v[0])) || (pack_r && long_runs(&b.v[1])) ||
-        (need > 0 && scratch_size < need && !grow(need)))
+    char *scratch = NULL;
+    if (need > PACK_LIMIT || (pack_s && pack_long_runs(&b.v[0])) || (pack_r && pack_long_runs(&b.v[1])) ||
+        (need > 0 && (scratch = pack_scratch(need)) == NULL))
         return cannot(&b);
     const void *s = b.v[0].buf;
     void *r = b.v[1].buf;
     if (pack_s) {
-        strided_copy(&b.v[0], scratch, 1);
+        strided_copy(&b.v[0], scratch, 1, -1);
         s = scratch;
     }
     if (pack_r) r = scratch + (pack_s ? b.v[0].len : 0);
     int from = (int)source;
-    int ierr = call_sendrecv(s, ns, sdt, (int)dest, (int)stag, r, nr, rdt, from, (int)rtag, comm);
-    if (pack_r && !ierr && from != null) strided_copy(&b.v[1], r, 0); /* MPI_PROC_NULL wrote nothing */
+    Status status;
+    int ierr = call_sendrecv(s, ns, sdt, (int)dest, (int)stag, r, nr, rdt, from, (int)rtag, comm, &status);
+    if (pack_r && !ierr && from != null) /* MPI_PROC_NULL wrote nothing; a short message, what it held */
+        strided_copy(&b.v[1], r, 0, received(&status));
     release(&b);
     if (ierr) return mpi_error(ierr);
     return PyLong_FromLong(from == null ? -1 : from);
@@ -496,9 +385,9 @@ static PyObject *handle(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     return PyLong_FromSsize_t((Py_ssize_t)h);
 }
 
-/* bind(addresses, int_handles, in_place, offset, Comm, Datatype, Op, ndarray, Exception, status_size) */
+/* bind(addresses, int_handles, in_place, offset, Comm, Datatype, Op, ndarray, Exception, status_size, BYTE) */
 static PyObject *bind(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
-    if (nargs != 10 || !PyTuple_Check(a[0]) || PyTuple_GET_SIZE(a[0]) != F_COUNT) {
+    if (nargs != 11 || !PyTuple_Check(a[0]) || PyTuple_GET_SIZE(a[0]) != F_COUNT) {
         PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi.bind: wrong arguments");
         return NULL;
     }
@@ -524,6 +413,12 @@ static PyObject *bind(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
             PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi.bind: expected types");
             return NULL;
         }
+    if (!PyObject_TypeCheck(a[10], (PyTypeObject *)a[5])) {
+        PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi.bind: expected MPI.BYTE last");
+        return NULL;
+    }
+    char *byte_at = (char *)a[10] + off; /* where handle_of reads, with the layout being bound */
+    S.byte = ih ? (H) * (int *)byte_at : (H) * (void **)byte_at;
     memcpy(S.fn, f, sizeof(S.fn));
     S.int_handles = ih;
     S.in_place = ip;
@@ -560,6 +455,7 @@ static PyMethodDef methods[] = {
     FAST(sendrecv_checked), LIST(allgather_list), LIST(reduce_scatter_list),
     LIST(gather_list), LIST(exchange), LIST(jagged), LIST(kjt_repeat),
     {"names", names, METH_NOARGS, NULL},
+    {"scratch_held", cmpi_scratch_held, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cmpi",

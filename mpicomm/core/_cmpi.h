@@ -9,6 +9,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ typedef struct {
     void *in_place;           /* MPI_IN_PLACE */
     Py_ssize_t offset;        /* where mpi4py keeps the handle inside its objects */
     Py_ssize_t status_size;   /* sizeof(MPI_Status) */
+    H byte;                   /* MPI_BYTE, to count the bytes a receive's status holds */
     PyTypeObject *t_comm, *t_datatype, *t_op, *t_ndarray;
     PyObject *exc_type;       /* mpi4py's MPI.Exception */
 } CmpiState;
@@ -147,6 +149,24 @@ static inline int get_fmt(Bufs *b, PyObject *obj, int writable) {
     b->n++;
     return 1;
 }
+
+/* MPI_Status is at most a few dozen bytes in every ABI; 256 aligned bytes hold any of them. */
+typedef union {
+    char bytes[256];
+    long double align;
+} Status;
+
+/* The packing of strided views for send, recv and sendrecv_checked (_cmpi_pack.c). */
+#define PACK_LIMIT ((Py_ssize_t)1 << 26)
+#define RUN_LIMIT ((Py_ssize_t)1 << 16)
+HIDDEN char *pack_scratch(Py_ssize_t need);
+HIDDEN PyObject *cmpi_scratch_held(PyObject *self, PyObject *unused);
+HIDDEN int get_strided(Bufs *b, PyObject *obj, int writable);
+HIDDEN int pack_flat(const Py_buffer *v);
+HIDDEN int pack_long_runs(const Py_buffer *v);
+HIDDEN int pack_disjoint(const Py_buffer *x, const Py_buffer *y);
+HIDDEN void strided_copy(const Py_buffer *v, char *contiguous, int to_flat, Py_ssize_t upto);
+HIDDEN Py_ssize_t received(const void *status);
 
 /* The list forms (_cmpi_lists.c). */
 HIDDEN PyObject *cmpi_allgather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs);

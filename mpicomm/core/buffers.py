@@ -209,14 +209,18 @@ def recv_message(x: np.ndarray, pack: bool = False) -> tuple[list[Any], Post]:
 
     A C-contiguous or regularly strided ``x`` is written in place (the second item is None); a layout
     whose elements overlap, or with ``pack`` a view that :func:`packs`, is received into a temporary
-    that the second item copies back.
+    that the second item copies back. With ``pack`` (point-to-point calls, whose message may be
+    short) the temporary starts as a copy of ``x``: what the message does not reach keeps its value.
     """
     dt = datatype(x.dtype)
     if x.flags.c_contiguous or x.size == 0:
         return [x, dt], None
     if layouts.regular(x) and not (pack and packs(x)):
         return layouts.whole(x, dt, readonly=False), None
-    tmp = np.empty(x.shape, x.dtype)
+    # a point-to-point message may be shorter than x: the temporary starts as x's own values, so the
+    # elements it does not reach keep them, as in a contiguous x (the C calls copy back only what
+    # arrived); the collectives' messages fill their buffers whole
+    tmp = np.ascontiguousarray(x) if pack else np.empty(x.shape, x.dtype)
     return [tmp, dt], _copy_back(x, tmp)
 
 

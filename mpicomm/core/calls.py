@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-from ..errors import ArgumentTypeError, CommunicationError
+from ..errors import ArgumentError, ArgumentTypeError, CommunicationError, MpicommError
 from . import validation, watchdog
 from .groups import resolve
 from .work import mpi_text
@@ -138,6 +138,8 @@ def failed(
         err = CommunicationError(f"{fn}: {lead}{mpi_text(exc)}")
         err.__cause__ = exc
         return err
+    if isinstance(exc, MemoryError) and not isinstance(exc, MpicommError):
+        exc = _no_memory(fn, exc)
     if not validated or not validation._Flag.on or validation._Flag.exchanges != before:
         return exc
     try:
@@ -147,6 +149,22 @@ def failed(
     group = group_of(bound) if group_of is not None else bound.get("group")
     _report(group, fn, exc)
     return exc
+
+
+def _no_memory(fn: str, exc: MemoryError) -> ArgumentError:
+    """The mpicomm error for a temporary the call could not allocate (numpy's MemoryError as cause).
+
+    An impossible size comes from the caller's arrays: a view with zero strides
+    (``np.broadcast_to``, ``as_strided``) stands for more elements than its memory holds, and a
+    call that must copy it contiguous (a reduction in place, a packed message) cannot.
+    """
+    err = ArgumentError(
+        f"{fn}: a temporary for an argument could not be allocated ({exc}); expected arrays whose "
+        "contiguous copy fits in memory (a view with zero strides, from np.broadcast_to or "
+        "as_strided, stands for more elements than its memory holds)"
+    )
+    err.__cause__ = exc
+    return err
 
 
 def _report(group: Any, fn: str, exc: Exception) -> None:

@@ -9,9 +9,12 @@ MPI. Host ranks do not chunk: cut in 4 MiB calls, a host broadcast of 16 MiB ran
 and an all_reduce 1.1-1.2x (2 ranks, MPICH, same run). So a call longer than one chunk (:func:`step`)
 first asks every rank whether it would pipeline (:func:`split`: one ``MPI_Allreduce`` of one int,
 a few microseconds beside a call of milliseconds): the message goes in chunks only where every rank
-pipelines, otherwise in one call everywhere (device ranks then stage it whole). Every path asks:
-the host code (a host rank, or a device rank's staged call on its host buffers), the pipeline and
-the direct path. ``all_to_all_single`` counts per destination block, whose chunks take a
+pipelines, otherwise in one call everywhere (device ranks then stage it whole). Where no rank has
+loaded the GPU paths when a group first asks, the group is host-only from then on and nobody asks
+again (issue 44: the question cost large host all_reduces 1.05-1.09x raw); the question travels on
+the group's private communicator, so that the data communicator sees only the program's own calls.
+Every path asks: the host code (a host rank, or a device rank's staged call on its host buffers),
+the pipeline and the direct path. ``all_to_all_single`` counts per destination block, whose chunks take a
 ``1 / group size`` share; ``reduce_scatter_tensor`` is never chunked.
 
 The setting is read once, when mpicomm is imported, and again by :func:`reload`: reading the
@@ -21,6 +24,7 @@ environment costs about 0.3 us, as much as a small call's own work. Set it alike
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +35,7 @@ from .. import _mpi
 from ..errors import ArgumentError
 from ..sizes import parse_size
 from . import cmpi
+from .groups import _State
 
 __all__ = [
     "CHUNK_ENV_VAR",
@@ -221,11 +226,40 @@ def split(comm: Any, mine: bool) -> bool:
     if _ASKED.answered:
         _ASKED.answered = False
         return False
-    flag = np.array([1 if mine else 0], np.int32)
+    if _HOST_ONLY.get(id(comm)) is comm:
+        return False  # no rank could pipeline when this was asked first: one call, nobody asks
+    # the question, and whether any rank could ever pipeline (has loaded the pipeline), in one call
+    flag = np.array([1 if mine else 0, 0 if _GPU in sys.modules else 1], np.int32)
     mpi = _mpi.MPI
-    if cmpi.allreduce(flag, mpi.INT, mpi.MIN, comm) is NotImplemented:  # C where bound: ~1 us less
-        comm.Allreduce(mpi.IN_PLACE, [flag, mpi.INT], mpi.MIN)
+    side = _bookkeeping(comm)
+    if cmpi.allreduce(flag, mpi.INT, mpi.MIN, side) is NotImplemented:  # C where bound: ~1 us less
+        side.Allreduce(mpi.IN_PLACE, [flag, mpi.INT], mpi.MIN)
+    if flag[1]:
+        _HOST_ONLY[id(comm)] = comm  # every rank keeps the same answer (an object kept: no id reused)
     return bool(flag[0])
+
+
+#: The GPU paths' package: a rank that has not loaded it has never seen a device array (a numpy
+#: program never loads it, tests/unit/test_startup.py), so it cannot pipeline.
+_GPU = "mpicomm.gpu"
+#: Communicators on which no rank could pipeline when first asked: host ranks only, from then on.
+#: A rank that later loads the pipeline stages its calls on them whole (each rank answers False
+#: without asking, the same everywhere): only a group's first large call makes the collective.
+_HOST_ONLY: dict[int, Any] = {}
+
+
+def _bookkeeping(comm: Any) -> Any:
+    """The communicator that carries :func:`split`'s question for the data communicator ``comm``.
+
+    The group's private communicator (``ProcessGroup.internal``), never ``comm`` itself: MPICH picks
+    some collectives' algorithms by how many collectives a communicator has seen, so mpicomm's own
+    questions on the data communicator would make a program's reductions differ (in the last bit)
+    from the same program written with mpi4py (issue 44). ``comm`` itself where no group holds it.
+    """
+    for g in _State.groups:
+        if g.comm is comm and g.internal is not None:
+            return g.internal
+    return comm
 
 
 class answered:  # noqa: N801 - used as a function: ``with chunks.answered():``

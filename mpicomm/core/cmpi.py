@@ -204,6 +204,7 @@ def _bind(module: Any) -> None:
         np.ndarray,
         MPI.Exception,
         MPI._sizeof(MPI.Status),
+        MPI.BYTE,
     )
     for x in samples:
         got = module.handle(x)

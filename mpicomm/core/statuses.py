@@ -138,14 +138,14 @@ def _arrived(text: str) -> int | None:
     MPICH says "... truncated; 32 bytes received but buffer size is 64": its two numbers are the
     buffer and the message, so the message is the larger.
     """
-    found = _BYTES.search(text)
+    found = re.search(_BYTES, text)
     return None if found is None else max(int(found[1]), int(found[2]))
 
 
-_BYTES = re.compile(r"(\d+) bytes received but buffer size is (\d+)")
-_FROM = re.compile(
-    r"Message from rank (\d+) and tag -?\d+ truncated; (\d+) bytes received but buffer size is (\d+)"
-)
+# patterns, not compiled ones: re compiles (and caches) them on the first error that needs them, not
+# at the first call of every program (issue 44)
+_BYTES = r"(\d+) bytes received but buffer size is (\d+)"
+_FROM = r"Message from rank (\d+) and tag -?\d+ truncated; (\d+) bytes received but buffer size is (\d+)"
 
 
 def _from_raw(raw: bytes, count: int) -> list[Any]:
@@ -179,7 +179,7 @@ def _class_text(exc: BaseException) -> str | None:
     MPI = _mpi.MPI
     if kind in (MPI.ERR_IN_STATUS, MPI.ERR_TRUNCATE):
         text = _error_string(getattr(exc, "error_code", kind))
-        found = _FROM.search(text)
+        found = re.search(_FROM, text)
         if found is not None:  # MPICH names the peer of a single receive
             a, b = int(found[2]), int(found[3])
             return (

@@ -27,11 +27,18 @@ _Flag = validation._Flag
 
 
 def _peer(g: ProcessGroup, rank: int | None, group_rank: int | None, fn: str, arg: str, any_ok: bool) -> int:
+    """The group rank of send's/recv's peer; ``MPI.PROC_NULL`` (no peer) as MPI and sendrecv take it.
+
+    The rule for every point-to-point call (docs/sharp-bits.rst): a peer is a rank of the group, or
+    this MPI's own ``MPI.PROC_NULL`` for none (nothing moves); any other negative int is out of range
+    and raises, as torch's calls do.
+    """
     if rank is None and group_rank is None:
         if any_ok:
             return int(_mpi.MPI.ANY_SOURCE)
         raise ArgumentError(f"{fn}: no {arg} given; expected {arg}= (world rank) or group_{arg}=")
-    peer = _peer_rank(g, rank, group_rank, fn, arg, "")
+    null = int(_mpi.MPI.PROC_NULL)
+    peer = _neighbour(g, rank, group_rank, fn, arg, null, ", or MPI.PROC_NULL for no peer")
     if peer == g.rank():
         raise ArgumentError(
             f"{fn}: {arg} is this rank ({g.ranks[peer]}); expected another rank "
@@ -71,7 +78,8 @@ def send(
 
     Args:
         tensor: The data; any layout (a strided view is sent in place, without a copy).
-        dst: World rank of the receiver.
+        dst: World rank of the receiver; ``MPI.PROC_NULL`` sends nothing (as in MPI and
+            :func:`sendrecv`); any other negative rank raises.
         group: The process group; ``None`` for the world.
         tag: Message tag that the receiver matches on.
         group_dst: The receiver as a rank of ``group`` (instead of ``dst``).
@@ -130,13 +138,17 @@ def recv(
 
     Args:
         tensor: Writeable output of any layout (a strided view is written in place), the size of the message.
-        src: World rank of the sender; ``None`` (and no ``group_src``) for any rank.
+        src: World rank of the sender; ``None`` (and no ``group_src``) for any rank;
+            ``MPI.PROC_NULL`` receives nothing and returns -1 (as in MPI and :func:`sendrecv`); any
+            other negative rank raises.
         group: The process group; ``None`` for the world.
         tag: Message tag to match.
         group_src: The sender as a rank of ``group``.
 
     Returns:
-        The world rank the message came from (-1 on a rank outside ``group``).
+        The world rank the message came from (-1 from ``MPI.PROC_NULL`` or on a rank outside
+        ``group``). A message shorter than ``tensor`` fills its first elements (in C order); the
+        others keep their values, whatever the layout.
 
     Raises:
         ArgumentTypeError: ``tensor`` is not an array, or ``tag`` is not an int.
@@ -183,6 +195,8 @@ def recv(
     status = _mpi.MPI.Status()
     msg, post = recv_message(x, pack=True)
     g.comm.Recv(msg, peer, _tag(g, tag, fn), status)
+    if peer == _mpi.MPI.PROC_NULL:
+        return -1  # nothing came (and nothing was written)
     if post is not None:
         post()
     return g.ranks[status.Get_source()]
@@ -265,7 +279,7 @@ def irecv(
         result=[x],
         finish=post,
         status=_mpi.MPI.Status(),
-        source_ranks=g.ranks,
+        source_ranks=None if peer == _mpi.MPI.PROC_NULL else g.ranks,  # from MPI_PROC_NULL: -1
         fn="irecv",
     )
 
@@ -421,14 +435,22 @@ def _sendrecv(
     return -1 if frm == null else g.ranks[status.Get_source()]
 
 
-def _neighbour(g: ProcessGroup, rank: object, group_rank: object, fn: str, arg: str, null: int) -> int:
-    """The group rank of a sendrecv peer, or ``null`` (MPI_PROC_NULL) for none: None or MPI.PROC_NULL."""
+def _neighbour(
+    g: ProcessGroup,
+    rank: object,
+    group_rank: object,
+    fn: str,
+    arg: str,
+    null: int,
+    more: str = ", or None or MPI.PROC_NULL for no peer",
+) -> int:
+    """The group rank of a peer, or ``null`` (MPI_PROC_NULL) for none: None or MPI.PROC_NULL."""
     given = rank if group_rank is None else group_rank
     if rank is None and group_rank is None:
         return null
     if _is_int(given) and given == null and (rank is None or group_rank is None):
         return null
-    return _peer_rank(g, rank, group_rank, fn, arg, ", or None or MPI.PROC_NULL for no peer")
+    return _peer_rank(g, rank, group_rank, fn, arg, more)
 
 
 def _is_int(x: object) -> TypeGuard[int | np.integer[Any]]:

@@ -50,6 +50,7 @@ typedef struct {
     Py_ssize_t arrays[DOOR_MAX_ARRAYS];
     int n_arrays;
     Py_ssize_t flag, group; /* positions of async_op and group, -1 for none */
+    PyObject *weakrefs; /* weakref.ref(door) works, as for a function */
 } Door;
 
 /* The thread ident as a Python int, made once per thread that calls (most programs: one). */
@@ -261,6 +262,7 @@ static int door_clear(PyObject *self) {
 
 static void door_dealloc(PyObject *self) {
     PyObject_GC_UnTrack(self);
+    if (((Door *)self)->weakrefs != NULL) PyObject_ClearWeakRefs(self);
     door_clear(self);
     Py_TYPE(self)->tp_free(self);
 }
@@ -310,6 +312,7 @@ static PyTypeObject DoorType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Door, vectorcall),
     .tp_dictoffset = offsetof(Door, dict),
+    .tp_weaklistoffset = offsetof(Door, weakrefs),
     .tp_traverse = door_traverse,
     .tp_clear = door_clear,
     .tp_dealloc = door_dealloc,
@@ -360,6 +363,7 @@ static PyObject *door_new(PyObject *module, PyObject *args) {
     if (d == NULL) return NULL;
     d->vectorcall = door_call;
     d->dict = NULL;
+    d->weakrefs = NULL;
 #define SET(f) d->f = Py_NewRef(tmp.f);
     DOOR_OBJECTS(SET)
 #undef SET

@@ -52,7 +52,7 @@ def all_gather(plan: _Plan) -> Callable[..., Any]:
     _d_group, _d_async_op = plan.defaults
 
     def all_gather(tensor_list: Any, tensor: Any, group: Any = _d_group, async_op: Any = _d_async_op) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -104,13 +104,13 @@ def all_gather(plan: _Plan) -> Callable[..., Any]:
                         _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor_list, tensor, group, async_op])
-                out = _host(_v_tensor_list, _v_tensor, group, async_op)
-                if out is None:
+                _out = _host(_v_tensor_list, _v_tensor, group, async_op)
+                if _out is None:
                     return None
-                return _answer(out, {id(_v_tensor_list): tensor_list, id(_v_tensor): tensor}, None)
+                return _answer(_out, {id(_v_tensor_list): tensor_list, id(_v_tensor): tensor}, None)
             return _slow([tensor_list, tensor, group, async_op])
-        except Exception as exc:
-            raise _failed(exc, before, [tensor_list, tensor, group, async_op])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensor_list, tensor, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -128,7 +128,7 @@ def all_gather_coalesced(plan: _Plan) -> Callable[..., Any]:
         group: Any = _d_group,
         async_op: Any = _d_async_op,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -180,16 +180,16 @@ def all_gather_coalesced(plan: _Plan) -> Callable[..., Any]:
                         _v_input_tensor_list = _torch_numpy(input_tensor_list)
                 except (RuntimeError, TypeError):
                     return _slow([output_tensors, input_tensor_list, group, async_op])
-                out = _host(_v_output_tensors, _v_input_tensor_list, group, async_op)
-                if out is None:
+                _out = _host(_v_output_tensors, _v_input_tensor_list, group, async_op)
+                if _out is None:
                     return None
-                return _answer(out, {
+                return _answer(_out, {
                     id(_v_output_tensors): output_tensors,
                     id(_v_input_tensor_list): input_tensor_list,
                 }, None)
             return _slow([output_tensors, input_tensor_list, group, async_op])
-        except Exception as exc:
-            raise _failed(exc, before, [output_tensors, input_tensor_list, group, async_op])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [output_tensors, input_tensor_list, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -207,7 +207,7 @@ def all_gather_into_tensor(plan: _Plan) -> Callable[..., Any]:
         group: Any = _d_group,
         async_op: Any = _d_async_op,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -259,16 +259,16 @@ def all_gather_into_tensor(plan: _Plan) -> Callable[..., Any]:
                         _v_input_tensor = _torch_numpy(input_tensor)
                 except (RuntimeError, TypeError):
                     return _slow([output_tensor, input_tensor, group, async_op])
-                out = _host(_v_output_tensor, _v_input_tensor, group, async_op)
-                if out is None:
+                _out = _host(_v_output_tensor, _v_input_tensor, group, async_op)
+                if _out is None:
                     return None
-                return _answer(out, {
+                return _answer(_out, {
                     id(_v_output_tensor): output_tensor,
                     id(_v_input_tensor): input_tensor,
                 }, None)
             return _slow([output_tensor, input_tensor, group, async_op])
-        except Exception as exc:
-            raise _failed(exc, before, [output_tensor, input_tensor, group, async_op])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [output_tensor, input_tensor, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -281,7 +281,7 @@ def all_reduce(plan: _Plan) -> Callable[..., Any]:
     _d_op, _d_group, _d_async_op = plan.defaults
 
     def all_reduce(tensor: Any, op: Any = _d_op, group: Any = _d_group, async_op: Any = _d_async_op) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -312,11 +312,11 @@ def all_reduce(plan: _Plan) -> Callable[..., Any]:
                         _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, op, group, async_op])
-                out = _host(_v_tensor, op, group, async_op)
-                return out if out is None else _answer(out, {id(_v_tensor): tensor}, None)
+                _out = _host(_v_tensor, op, group, async_op)
+                return _out if _out is None else _answer(_out, {id(_v_tensor): tensor}, None)
             return _slow([tensor, op, group, async_op])
-        except Exception as exc:
-            raise _failed(exc, before, [tensor, op, group, async_op])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensor, op, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -334,7 +334,7 @@ def all_reduce_coalesced(plan: _Plan) -> Callable[..., Any]:
         group: Any = _d_group,
         async_op: Any = _d_async_op,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -365,11 +365,11 @@ def all_reduce_coalesced(plan: _Plan) -> Callable[..., Any]:
                         _v_tensors = _torch_numpy(tensors)
                 except (RuntimeError, TypeError):
                     return _slow([tensors, op, group, async_op])
-                out = _host(_v_tensors, op, group, async_op)
-                return out if out is None else _answer(out, {id(_v_tensors): tensors}, None)
+                _out = _host(_v_tensors, op, group, async_op)
+                return _out if _out is None else _answer(_out, {id(_v_tensors): tensors}, None)
             return _slow([tensors, op, group, async_op])
-        except Exception as exc:
-            raise _failed(exc, before, [tensors, op, group, async_op])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensors, op, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -387,7 +387,7 @@ def all_to_all(plan: _Plan) -> Callable[..., Any]:
         group: Any = _d_group,
         async_op: Any = _d_async_op,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -439,16 +439,16 @@ def all_to_all(plan: _Plan) -> Callable[..., Any]:
                         _v_input_tensor_list = _torch_numpy(input_tensor_list)
                 except (RuntimeError, TypeError):
                     return _slow([output_tensor_list, input_tensor_list, group, async_op])
-                out = _host(_v_output_tensor_list, _v_input_tensor_list, group, async_op)
-                if out is None:
+                _out = _host(_v_output_tensor_list, _v_input_tensor_list, group, async_op)
+                if _out is None:
                     return None
-                return _answer(out, {
+                return _answer(_out, {
                     id(_v_output_tensor_list): output_tensor_list,
                     id(_v_input_tensor_list): input_tensor_list,
                 }, None)
             return _slow([output_tensor_list, input_tensor_list, group, async_op])
-        except Exception as exc:
-            raise _failed(exc, before, [output_tensor_list, input_tensor_list, group, async_op])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [output_tensor_list, input_tensor_list, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -468,7 +468,7 @@ def all_to_all_single(plan: _Plan) -> Callable[..., Any]:
         group: Any = _d_group,
         async_op: Any = _d_async_op,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -520,13 +520,13 @@ def all_to_all_single(plan: _Plan) -> Callable[..., Any]:
                         _v_input = _torch_numpy(input)
                 except (RuntimeError, TypeError):
                     return _slow([output, input, output_split_sizes, input_split_sizes, group, async_op])
-                out = _host(_v_output, _v_input, output_split_sizes, input_split_sizes, group, async_op)
-                if out is None:
+                _out = _host(_v_output, _v_input, output_split_sizes, input_split_sizes, group, async_op)
+                if _out is None:
                     return None
-                return _answer(out, {id(_v_output): output, id(_v_input): input}, None)
+                return _answer(_out, {id(_v_output): output, id(_v_input): input}, None)
             return _slow([output, input, output_split_sizes, input_split_sizes, group, async_op])
-        except Exception as exc:
-            raise _failed(exc, before, [  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [  # noqa: B904
                 output,
                 input,
                 output_split_sizes,
@@ -552,7 +552,7 @@ def broadcast(plan: _Plan) -> Callable[..., Any]:
         async_op: Any = _d_async_op,
         group_src: Any = _d_group_src,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -583,15 +583,65 @@ def broadcast(plan: _Plan) -> Callable[..., Any]:
                         _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, src, group, async_op, group_src])
-                out = _host(_v_tensor, src, group, async_op, group_src)
-                return out if out is None else _answer(out, {id(_v_tensor): tensor}, None)
+                _out = _host(_v_tensor, src, group, async_op, group_src)
+                return _out if _out is None else _answer(_out, {id(_v_tensor): tensor}, None)
             return _slow([tensor, src, group, async_op, group_src])
-        except Exception as exc:
-            raise _failed(exc, before, [tensor, src, group, async_op, group_src])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensor, src, group, async_op, group_src])  # noqa: B904
         finally:
             _pop(_tok)
 
     return broadcast
+
+
+def exchange_halos(plan: _Plan) -> Callable[..., Any]:
+    """``exchange_halos``'s wrapper around ``plan.host`` (see the module's docstring)."""
+    _host, _slow, _failed, _site = plan.host, plan.slow, plan.failed, plan.site
+    _d_width, _d_async_op, _d_group, _d_grid = plan.defaults
+
+    def exchange_halos(
+        u: Any,
+        width: Any = _d_width,
+        async_op: Any = _d_async_op,
+        group: Any = _d_group,
+        grid: Any = _d_grid,
+    ) -> Any:
+        _before = _state.exchanges
+        _tok = (_me := _ident(), _site, group, None)
+        if _me != _T.owner and _T.owner is not None:
+            _other_thread()
+        _push(_tok)
+        try:
+            if (
+                (type(u) is _ND or (_k_u := _get(type(u))) in _PLAIN or (_k_u is _LIST and _all_numpy(u)))
+                and (async_op is False or async_op is True)
+            ):
+                return _host(u, width, async_op, group, grid)
+            if type(u) is not _ND and _k_u is _TORCH and (async_op is False or async_op is True):
+                try:
+                    _e = _views(id(u))
+                    if (
+                        _e is not None
+                        and u.data_ptr() == _e[2]
+                        and u.shape == _e[3]
+                        and u.stride() == _e[4]
+                        and u.dtype is _e[5]
+                        and u.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_u = _e[1]
+                    else:
+                        _v_u = _torch_numpy(u)
+                except (RuntimeError, TypeError):
+                    return _slow([u, width, async_op, group, grid])
+                _out = _host(_v_u, width, async_op, group, grid)
+                return _out if _out is None else _answer(_out, {id(_v_u): u}, None)
+            return _slow([u, width, async_op, group, grid])
+        except Exception as _exc:
+            raise _failed(_exc, _before, [u, width, async_op, group, grid])  # noqa: B904
+        finally:
+            _pop(_tok)
+
+    return exchange_halos
 
 
 def gather(plan: _Plan) -> Callable[..., Any]:
@@ -607,7 +657,7 @@ def gather(plan: _Plan) -> Callable[..., Any]:
         async_op: Any = _d_async_op,
         group_dst: Any = _d_group_dst,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -659,17 +709,88 @@ def gather(plan: _Plan) -> Callable[..., Any]:
                         _v_gather_list = _torch_numpy(gather_list)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, gather_list, dst, group, async_op, group_dst])
-                out = _host(_v_tensor, _v_gather_list, dst, group, async_op, group_dst)
-                if out is None:
+                _out = _host(_v_tensor, _v_gather_list, dst, group, async_op, group_dst)
+                if _out is None:
                     return None
-                return _answer(out, {id(_v_tensor): tensor, id(_v_gather_list): gather_list}, None)
+                return _answer(_out, {id(_v_tensor): tensor, id(_v_gather_list): gather_list}, None)
             return _slow([tensor, gather_list, dst, group, async_op, group_dst])
-        except Exception as exc:
-            raise _failed(exc, before, [tensor, gather_list, dst, group, async_op, group_dst])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensor, gather_list, dst, group, async_op, group_dst])  # noqa: B904
         finally:
             _pop(_tok)
 
     return gather
+
+
+def gather_blocks(plan: _Plan) -> Callable[..., Any]:
+    """``gather_blocks``'s wrapper around ``plan.host`` (see the module's docstring)."""
+    _host, _slow, _failed, _site = plan.host, plan.slow, plan.failed, plan.site
+    _d_out, _d_dst, _d_width, _d_group, _d_grid = plan.defaults
+
+    def gather_blocks(
+        local: Any,
+        out: Any = _d_out,
+        dst: Any = _d_dst,
+        width: Any = _d_width,
+        group: Any = _d_group,
+        grid: Any = _d_grid,
+    ) -> Any:
+        _before = _state.exchanges
+        _tok = (_me := _ident(), _site, group, None)
+        if _me != _T.owner and _T.owner is not None:
+            _other_thread()
+        _push(_tok)
+        try:
+            if (
+                (
+                    type(local) is _ND
+                    or (_k_local := _get(type(local))) in _PLAIN
+                    or (_k_local is _LIST and _all_numpy(local))
+                )
+                and (
+                    type(out) is _ND
+                    or (_k_out := _get(type(out))) in _PLAIN
+                    or (_k_out is _LIST and _all_numpy(out))
+                )
+            ):
+                return _host(local, out, dst, width, group, grid)
+            if type(local) is not _ND and _k_local is _TORCH and _get(type(out)) is _TORCH:
+                try:
+                    _e = _views(id(local))
+                    if (
+                        _e is not None
+                        and local.data_ptr() == _e[2]
+                        and local.shape == _e[3]
+                        and local.stride() == _e[4]
+                        and local.dtype is _e[5]
+                        and local.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_local = _e[1]
+                    else:
+                        _v_local = _torch_numpy(local)
+                    _e = _views(id(out))
+                    if (
+                        _e is not None
+                        and out.data_ptr() == _e[2]
+                        and out.shape == _e[3]
+                        and out.stride() == _e[4]
+                        and out.dtype is _e[5]
+                        and out.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_out = _e[1]
+                    else:
+                        _v_out = _torch_numpy(out)
+                except (RuntimeError, TypeError):
+                    return _slow([local, out, dst, width, group, grid])
+                _out = _host(_v_local, _v_out, dst, width, group, grid)
+                return _out if _out is None else _answer(_out, {id(_v_local): local, id(_v_out): out}, None)
+            return _slow([local, out, dst, width, group, grid])
+        except Exception as _exc:
+            raise _failed(_exc, _before, [local, out, dst, width, group, grid])  # noqa: B904
+        finally:
+            _pop(_tok)
+
+    return gather_blocks
 
 
 def irecv(plan: _Plan) -> Callable[..., Any]:
@@ -684,7 +805,7 @@ def irecv(plan: _Plan) -> Callable[..., Any]:
         tag: Any = _d_tag,
         group_src: Any = _d_group_src,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -712,11 +833,11 @@ def irecv(plan: _Plan) -> Callable[..., Any]:
                         _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, src, group, tag, group_src])
-                out = _host(_v_tensor, src, group, tag, group_src)
-                return out if out is None else _answer(out, {id(_v_tensor): tensor}, None)
+                _out = _host(_v_tensor, src, group, tag, group_src)
+                return _out if _out is None else _answer(_out, {id(_v_tensor): tensor}, None)
             return _slow([tensor, src, group, tag, group_src])
-        except Exception as exc:
-            raise _failed(exc, before, [tensor, src, group, tag, group_src])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensor, src, group, tag, group_src])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -735,7 +856,7 @@ def isend(plan: _Plan) -> Callable[..., Any]:
         tag: Any = _d_tag,
         group_dst: Any = _d_group_dst,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -763,11 +884,11 @@ def isend(plan: _Plan) -> Callable[..., Any]:
                         _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, dst, group, tag, group_dst])
-                out = _host(_v_tensor, dst, group, tag, group_dst)
-                return out if out is None else _answer(out, {id(_v_tensor): tensor}, None)
+                _out = _host(_v_tensor, dst, group, tag, group_dst)
+                return _out if _out is None else _answer(_out, {id(_v_tensor): tensor}, None)
             return _slow([tensor, dst, group, tag, group_dst])
-        except Exception as exc:
-            raise _failed(exc, before, [tensor, dst, group, tag, group_dst])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensor, dst, group, tag, group_dst])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -786,7 +907,7 @@ def jagged_all_to_all(plan: _Plan) -> Callable[..., Any]:
         group: Any = _d_group,
         async_op: Any = _d_async_op,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -838,13 +959,13 @@ def jagged_all_to_all(plan: _Plan) -> Callable[..., Any]:
                         _v_lengths = _torch_numpy(lengths)
                 except (RuntimeError, TypeError):
                     return _slow([values, lengths, send_splits, group, async_op])
-                out = _host(_v_values, _v_lengths, send_splits, group, async_op)
-                if out is None:
+                _out = _host(_v_values, _v_lengths, send_splits, group, async_op)
+                if _out is None:
                     return None
-                return _answer(out, {id(_v_values): values, id(_v_lengths): lengths}, values)
+                return _answer(_out, {id(_v_values): values, id(_v_lengths): lengths}, values)
             return _slow([values, lengths, send_splits, group, async_op])
-        except Exception as exc:
-            raise _failed(exc, before, [values, lengths, send_splits, group, async_op])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [values, lengths, send_splits, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -863,7 +984,7 @@ def recv(plan: _Plan) -> Callable[..., Any]:
         tag: Any = _d_tag,
         group_src: Any = _d_group_src,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -891,11 +1012,11 @@ def recv(plan: _Plan) -> Callable[..., Any]:
                         _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, src, group, tag, group_src])
-                out = _host(_v_tensor, src, group, tag, group_src)
-                return out if out is None else _answer(out, {id(_v_tensor): tensor}, None)
+                _out = _host(_v_tensor, src, group, tag, group_src)
+                return _out if _out is None else _answer(_out, {id(_v_tensor): tensor}, None)
             return _slow([tensor, src, group, tag, group_src])
-        except Exception as exc:
-            raise _failed(exc, before, [tensor, src, group, tag, group_src])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensor, src, group, tag, group_src])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -915,7 +1036,7 @@ def reduce(plan: _Plan) -> Callable[..., Any]:
         async_op: Any = _d_async_op,
         group_dst: Any = _d_group_dst,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -946,11 +1067,11 @@ def reduce(plan: _Plan) -> Callable[..., Any]:
                         _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, dst, op, group, async_op, group_dst])
-                out = _host(_v_tensor, dst, op, group, async_op, group_dst)
-                return out if out is None else _answer(out, {id(_v_tensor): tensor}, None)
+                _out = _host(_v_tensor, dst, op, group, async_op, group_dst)
+                return _out if _out is None else _answer(_out, {id(_v_tensor): tensor}, None)
             return _slow([tensor, dst, op, group, async_op, group_dst])
-        except Exception as exc:
-            raise _failed(exc, before, [tensor, dst, op, group, async_op, group_dst])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensor, dst, op, group, async_op, group_dst])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -969,7 +1090,7 @@ def reduce_scatter(plan: _Plan) -> Callable[..., Any]:
         group: Any = _d_group,
         async_op: Any = _d_async_op,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -1021,13 +1142,13 @@ def reduce_scatter(plan: _Plan) -> Callable[..., Any]:
                         _v_input_list = _torch_numpy(input_list)
                 except (RuntimeError, TypeError):
                     return _slow([output, input_list, op, group, async_op])
-                out = _host(_v_output, _v_input_list, op, group, async_op)
-                if out is None:
+                _out = _host(_v_output, _v_input_list, op, group, async_op)
+                if _out is None:
                     return None
-                return _answer(out, {id(_v_output): output, id(_v_input_list): input_list}, None)
+                return _answer(_out, {id(_v_output): output, id(_v_input_list): input_list}, None)
             return _slow([output, input_list, op, group, async_op])
-        except Exception as exc:
-            raise _failed(exc, before, [output, input_list, op, group, async_op])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [output, input_list, op, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -1046,7 +1167,7 @@ def reduce_scatter_tensor(plan: _Plan) -> Callable[..., Any]:
         group: Any = _d_group,
         async_op: Any = _d_async_op,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -1098,13 +1219,13 @@ def reduce_scatter_tensor(plan: _Plan) -> Callable[..., Any]:
                         _v_input = _torch_numpy(input)
                 except (RuntimeError, TypeError):
                     return _slow([output, input, op, group, async_op])
-                out = _host(_v_output, _v_input, op, group, async_op)
-                if out is None:
+                _out = _host(_v_output, _v_input, op, group, async_op)
+                if _out is None:
                     return None
-                return _answer(out, {id(_v_output): output, id(_v_input): input}, None)
+                return _answer(_out, {id(_v_output): output, id(_v_input): input}, None)
             return _slow([output, input, op, group, async_op])
-        except Exception as exc:
-            raise _failed(exc, before, [output, input, op, group, async_op])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [output, input, op, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -1124,7 +1245,7 @@ def scatter(plan: _Plan) -> Callable[..., Any]:
         async_op: Any = _d_async_op,
         group_src: Any = _d_group_src,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -1176,17 +1297,90 @@ def scatter(plan: _Plan) -> Callable[..., Any]:
                         _v_scatter_list = _torch_numpy(scatter_list)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, scatter_list, src, group, async_op, group_src])
-                out = _host(_v_tensor, _v_scatter_list, src, group, async_op, group_src)
-                if out is None:
+                _out = _host(_v_tensor, _v_scatter_list, src, group, async_op, group_src)
+                if _out is None:
                     return None
-                return _answer(out, {id(_v_tensor): tensor, id(_v_scatter_list): scatter_list}, None)
+                return _answer(_out, {id(_v_tensor): tensor, id(_v_scatter_list): scatter_list}, None)
             return _slow([tensor, scatter_list, src, group, async_op, group_src])
-        except Exception as exc:
-            raise _failed(exc, before, [tensor, scatter_list, src, group, async_op, group_src])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensor, scatter_list, src, group, async_op, group_src])  # noqa: B904
         finally:
             _pop(_tok)
 
     return scatter
+
+
+def scatter_blocks(plan: _Plan) -> Callable[..., Any]:
+    """``scatter_blocks``'s wrapper around ``plan.host`` (see the module's docstring)."""
+    _host, _slow, _failed, _site = plan.host, plan.slow, plan.failed, plan.site
+    _d_out, _d_src, _d_width, _d_group, _d_grid = plan.defaults
+
+    def scatter_blocks(
+        global_array: Any,
+        out: Any = _d_out,
+        src: Any = _d_src,
+        width: Any = _d_width,
+        group: Any = _d_group,
+        grid: Any = _d_grid,
+    ) -> Any:
+        _before = _state.exchanges
+        _tok = (_me := _ident(), _site, group, None)
+        if _me != _T.owner and _T.owner is not None:
+            _other_thread()
+        _push(_tok)
+        try:
+            if (
+                (
+                    type(global_array) is _ND
+                    or (_k_global_array := _get(type(global_array))) in _PLAIN
+                    or (_k_global_array is _LIST and _all_numpy(global_array))
+                )
+                and (
+                    type(out) is _ND
+                    or (_k_out := _get(type(out))) in _PLAIN
+                    or (_k_out is _LIST and _all_numpy(out))
+                )
+            ):
+                return _host(global_array, out, src, width, group, grid)
+            if type(global_array) is not _ND and _k_global_array is _TORCH and _get(type(out)) is _TORCH:
+                try:
+                    _e = _views(id(global_array))
+                    if (
+                        _e is not None
+                        and global_array.data_ptr() == _e[2]
+                        and global_array.shape == _e[3]
+                        and global_array.stride() == _e[4]
+                        and global_array.dtype is _e[5]
+                        and global_array.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_global_array = _e[1]
+                    else:
+                        _v_global_array = _torch_numpy(global_array)
+                    _e = _views(id(out))
+                    if (
+                        _e is not None
+                        and out.data_ptr() == _e[2]
+                        and out.shape == _e[3]
+                        and out.stride() == _e[4]
+                        and out.dtype is _e[5]
+                        and out.untyped_storage().nbytes() == _e[6]
+                    ):
+                        _v_out = _e[1]
+                    else:
+                        _v_out = _torch_numpy(out)
+                except (RuntimeError, TypeError):
+                    return _slow([global_array, out, src, width, group, grid])
+                _out = _host(_v_global_array, _v_out, src, width, group, grid)
+                if _out is None:
+                    return None
+                return _answer(_out, {id(_v_global_array): global_array, id(_v_out): out}, None)
+            return _slow([global_array, out, src, width, group, grid])
+        except Exception as _exc:
+            raise _failed(_exc, _before, [global_array, out, src, width, group, grid])  # noqa: B904
+        finally:
+            _pop(_tok)
+
+    return scatter_blocks
 
 
 def send(plan: _Plan) -> Callable[..., Any]:
@@ -1201,7 +1395,7 @@ def send(plan: _Plan) -> Callable[..., Any]:
         tag: Any = _d_tag,
         group_dst: Any = _d_group_dst,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -1229,11 +1423,11 @@ def send(plan: _Plan) -> Callable[..., Any]:
                         _v_tensor = _torch_numpy(tensor)
                 except (RuntimeError, TypeError):
                     return _slow([tensor, dst, group, tag, group_dst])
-                out = _host(_v_tensor, dst, group, tag, group_dst)
-                return out if out is None else _answer(out, {id(_v_tensor): tensor}, None)
+                _out = _host(_v_tensor, dst, group, tag, group_dst)
+                return _out if _out is None else _answer(_out, {id(_v_tensor): tensor}, None)
             return _slow([tensor, dst, group, tag, group_dst])
-        except Exception as exc:
-            raise _failed(exc, before, [tensor, dst, group, tag, group_dst])  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [tensor, dst, group, tag, group_dst])  # noqa: B904
         finally:
             _pop(_tok)
 
@@ -1257,7 +1451,7 @@ def sendrecv(plan: _Plan) -> Callable[..., Any]:
         sendtag: Any = _d_sendtag,
         recvtag: Any = _d_recvtag,
     ) -> Any:
-        before = _state.exchanges
+        _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
         if _me != _T.owner and _T.owner is not None:
             _other_thread()
@@ -1326,7 +1520,7 @@ def sendrecv(plan: _Plan) -> Callable[..., Any]:
                         sendtag,
                         recvtag,
                     ])
-                out = _host(
+                _out = _host(
                     _v_tensor,
                     _v_recv_tensor,
                     dst,
@@ -1338,12 +1532,12 @@ def sendrecv(plan: _Plan) -> Callable[..., Any]:
                     sendtag,
                     recvtag,
                 )
-                if out is None:
+                if _out is None:
                     return None
-                return _answer(out, {id(_v_tensor): tensor, id(_v_recv_tensor): recv_tensor}, None)
+                return _answer(_out, {id(_v_tensor): tensor, id(_v_recv_tensor): recv_tensor}, None)
             return _slow([tensor, recv_tensor, dst, src, group, tag, group_dst, group_src, sendtag, recvtag])
-        except Exception as exc:
-            raise _failed(exc, before, [  # noqa: B904
+        except Exception as _exc:
+            raise _failed(_exc, _before, [  # noqa: B904
                 tensor,
                 recv_tensor,
                 dst,
@@ -1383,10 +1577,12 @@ SHAPES = {
         " arrays output, input, returns None"
     ),
     "broadcast": "(tensor, src=, group=, async_op=, group_src=) arrays tensor, returns None",
+    "exchange_halos": "(u, width=, async_op=, group=, grid=) arrays u, returns None",
     "gather": (
         "(tensor, gather_list=, dst=, group=, async_op=, group_dst=)"
         " arrays tensor, gather_list, returns None"
     ),
+    "gather_blocks": "(local, out=, dst=, width=, group=, grid=) arrays local, out, returns None",
     "irecv": "(tensor, src=, group=, tag=, group_src=) arrays tensor, returns None",
     "isend": "(tensor, dst=, group=, tag=, group_dst=) arrays tensor, returns None",
     "jagged_all_to_all": (
@@ -1400,6 +1596,10 @@ SHAPES = {
     "scatter": (
         "(tensor, scatter_list=, src=, group=, async_op=, group_src=)"
         " arrays tensor, scatter_list, returns None"
+    ),
+    "scatter_blocks": (
+        "(global_array, out=, src=, width=, group=, grid=)"
+        " arrays global_array, out, returns None"
     ),
     "send": "(tensor, dst=, group=, tag=, group_dst=) arrays tensor, returns None",
     "sendrecv": (

@@ -8,13 +8,15 @@ there is one, its direct and pipelined device implementation (:mod:`mpicomm.gpu`
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from ..dense import alltoall, batch, gathers, p2p, reductions
-from ..gpu import direct, pipeline
-from ..jagged import exchange
-from . import device, jagged, kinds, sparse
+from . import device, kinds
 from .door import BOTH, READ, WRITE, front_door
+
+if TYPE_CHECKING:
+    from ..dense import alltoall, batch, gathers, p2p, reductions
 
 __all__ = [
     "all_gather",
@@ -28,7 +30,6 @@ __all__ = [
     "gather",
     "irecv",
     "isend",
-    "jagged_all_to_all",
     "recv",
     "reduce",
     "reduce_scatter",
@@ -39,50 +40,129 @@ __all__ = [
     "sendrecv",
 ]
 
-all_reduce = front_door(
-    "all_reduce", {"tensor": BOTH}, pipelined=pipeline.all_reduce, sparse=sparse.all_reduce_sparse
-)(reductions.all_reduce)
-broadcast = front_door("broadcast", {"tensor": BOTH}, direct=direct.broadcast, pipelined=pipeline.broadcast)(
-    reductions.broadcast
-)
-reduce = front_door("reduce", {"tensor": BOTH}, pipelined=pipeline.reduce)(reductions.reduce)
-reduce_scatter = front_door("reduce_scatter", {"output": WRITE, "input_list": READ})(
-    reductions.reduce_scatter
-)
-reduce_scatter_tensor = front_door("reduce_scatter_tensor", {"output": WRITE, "input": READ})(
-    reductions.reduce_scatter_tensor
-)
-reduce_scatter_single = reduce_scatter_tensor
-all_gather = front_door("all_gather", {"tensor_list": WRITE, "tensor": READ})(gathers.all_gather)
-all_gather_into_tensor = front_door(
-    "all_gather_into_tensor",
-    {"output_tensor": WRITE, "input_tensor": READ},
-    direct=direct.all_gather_into_tensor,
-)(gathers.all_gather_into_tensor)
-all_gather_single = all_gather_into_tensor
-# gather writes gather_list on the root only: BOTH keeps every other rank's arrays as they were.
-gather = front_door("gather", {"tensor": READ, "gather_list": BOTH})(gathers.gather)
-scatter = front_door("scatter", {"tensor": WRITE, "scatter_list": READ})(gathers.scatter)
-all_to_all = front_door("all_to_all", {"output_tensor_list": WRITE, "input_tensor_list": READ})(
-    alltoall.all_to_all
-)
-all_to_all_single = front_door(
-    "all_to_all_single",
-    {"output": WRITE, "input": READ},
-    direct=direct.all_to_all_single,
-    pipelined=pipeline.all_to_all_single,
-)(alltoall.all_to_all_single)
-send = front_door("send", {"tensor": READ}, direct=direct.send, validated=False)(p2p.send)
-recv = front_door("recv", {"tensor": WRITE}, direct=direct.recv, validated=False)(p2p.recv)
-isend = front_door("isend", {"tensor": READ}, validated=False)(p2p.isend)
-irecv = front_door("irecv", {"tensor": WRITE}, validated=False)(p2p.irecv)
-sendrecv = front_door("sendrecv", {"tensor": READ, "recv_tensor": WRITE}, validated=False)(p2p.sendrecv)
-jagged_all_to_all = front_door(
-    "jagged_all_to_all",
-    {"values": READ, "lengths": READ},
-    direct=jagged.jagged_all_to_all_direct,
-    returns="values",
-)(exchange.jagged_all_to_all)
+
+def _later(module: str, name: str) -> Callable[..., Any]:
+    """``module.name``, imported on its first call.
+
+    The device paths (and the sparse one) load with the first array that needs them, so a numpy
+    program loads no GPU machinery (issue 44).
+    """
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+_DIRECT, _PIPELINE = "mpicomm.gpu.direct", "mpicomm.gpu.pipeline"
+
+
+def _host(module: str, name: str) -> Any:
+    """The host implementation ``mpicomm.dense.<module>.<name>``, imported with its door."""
+    return getattr(importlib.import_module(f"mpicomm.dense.{module}"), name)
+
+
+def _doors() -> dict[str, Callable[[], Any]]:
+    """Each public call's door, made on first use.
+
+    Generating a door (its Python wrapper compiled, its C form built) costs about 0.5 ms on a quiet
+    machine: a program's first call pays for its own door only (issue 44).
+    """
+    return {
+        "all_reduce": lambda: front_door(
+            "all_reduce",
+            {"tensor": BOTH},
+            pipelined=_later(_PIPELINE, "all_reduce"),
+            sparse=_later("mpicomm.front.sparse", "all_reduce_sparse"),
+        )(_host("reductions", "all_reduce")),
+        "broadcast": lambda: front_door(
+            "broadcast",
+            {"tensor": BOTH},
+            direct=_later(_DIRECT, "broadcast"),
+            pipelined=_later(_PIPELINE, "broadcast"),
+        )(_host("reductions", "broadcast")),
+        "reduce": lambda: front_door("reduce", {"tensor": BOTH}, pipelined=_later(_PIPELINE, "reduce"))(
+            _host("reductions", "reduce")
+        ),
+        "reduce_scatter": lambda: front_door("reduce_scatter", {"output": WRITE, "input_list": READ})(
+            _host("reductions", "reduce_scatter")
+        ),
+        "reduce_scatter_tensor": lambda: front_door(
+            "reduce_scatter_tensor", {"output": WRITE, "input": READ}
+        )(_host("reductions", "reduce_scatter_tensor")),
+        "all_gather": lambda: front_door("all_gather", {"tensor_list": WRITE, "tensor": READ})(
+            _host("gathers", "all_gather")
+        ),
+        "all_gather_into_tensor": lambda: front_door(
+            "all_gather_into_tensor",
+            {"output_tensor": WRITE, "input_tensor": READ},
+            direct=_later(_DIRECT, "all_gather_into_tensor"),
+        )(_host("gathers", "all_gather_into_tensor")),
+        # gather writes gather_list on the root only: BOTH keeps every other rank's arrays as they were.
+        "gather": lambda: front_door("gather", {"tensor": READ, "gather_list": BOTH})(
+            _host("gathers", "gather")
+        ),
+        "scatter": lambda: front_door("scatter", {"tensor": WRITE, "scatter_list": READ})(
+            _host("gathers", "scatter")
+        ),
+        "all_to_all": lambda: front_door(
+            "all_to_all", {"output_tensor_list": WRITE, "input_tensor_list": READ}
+        )(_host("alltoall", "all_to_all")),
+        "all_to_all_single": lambda: front_door(
+            "all_to_all_single",
+            {"output": WRITE, "input": READ},
+            direct=_later(_DIRECT, "all_to_all_single"),
+            pipelined=_later(_PIPELINE, "all_to_all_single"),
+        )(_host("alltoall", "all_to_all_single")),
+        "send": lambda: front_door("send", {"tensor": READ}, direct=_later(_DIRECT, "send"), validated=False)(
+            _host("p2p", "send")
+        ),
+        "recv": lambda: front_door(
+            "recv", {"tensor": WRITE}, direct=_later(_DIRECT, "recv"), validated=False
+        )(_host("p2p", "recv")),
+        "isend": lambda: front_door("isend", {"tensor": READ}, validated=False)(_host("p2p", "isend")),
+        "irecv": lambda: front_door("irecv", {"tensor": WRITE}, validated=False)(_host("p2p", "irecv")),
+        "sendrecv": lambda: front_door("sendrecv", {"tensor": READ, "recv_tensor": WRITE}, validated=False)(
+            _host("p2p", "sendrecv")
+        ),
+    }
+
+
+#: torch's other names for two of the calls: the same objects.
+_ALIASES = {"all_gather_single": "all_gather_into_tensor", "reduce_scatter_single": "reduce_scatter_tensor"}
+_MAKE = _doors()
+
+if TYPE_CHECKING:  # the doors have their hosts' signatures (front_door returns the host's type)
+    all_reduce = reductions.all_reduce
+    broadcast = reductions.broadcast
+    reduce = reductions.reduce
+    reduce_scatter = reductions.reduce_scatter
+    reduce_scatter_tensor = reduce_scatter_single = reductions.reduce_scatter_tensor
+    all_gather = gathers.all_gather
+    all_gather_into_tensor = all_gather_single = gathers.all_gather_into_tensor
+    gather = gathers.gather
+    scatter = gathers.scatter
+    all_to_all = alltoall.all_to_all
+    all_to_all_single = alltoall.all_to_all_single
+    send, recv, isend, irecv, sendrecv = p2p.send, p2p.recv, p2p.isend, p2p.irecv, p2p.sendrecv
+
+
+def __getattr__(name: str) -> Any:
+    """A public call's door, made now and kept (PEP 562): the module's attribute from then on."""
+    own = _ALIASES.get(name, name)
+    make = _MAKE.get(own)
+    if make is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    door = globals().get(own)
+    if door is None:
+        door = globals()[own] = make()
+    globals()[name] = door
+    return door
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:
@@ -116,6 +196,8 @@ def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:
         ...         _ = work.wait()
         ...     assert got[0] == (r - 1) % w
     """
+    from ..dense import batch
+
     fn = "batch_isend_irecv"
     if isinstance(p2p_op_list, (list, tuple)) and any(
         isinstance(p, batch.P2POp) and kinds.kind_of(p.tensor) not in (kinds.NUMPY, kinds.OTHER)
@@ -128,6 +210,8 @@ def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:
 
 
 def _host_op(p: Any, i: int, fn: str) -> Any:
+    from ..dense import batch, p2p
+
     if not isinstance(p, batch.P2POp):
         return p
     kind = kinds.kind_of(p.tensor)

@@ -33,20 +33,22 @@ from __future__ import annotations
 import inspect
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core import chunks
 from ..core.groups import resolve, root_rank
 from ..core.work import Work, completed
-from ..dense import batch, p2p
 from ..errors import ArgumentTypeError
-from ..gpu.backend import backend
-from ..gpu.cuda_aware import cuda_awareness
-from ..gpu.direct import COMPLETING
-from ..gpu.staged import StagedWork, Staging
 from . import kinds
+from .kinds import backend
+
+if TYPE_CHECKING:
+    from ..gpu.staged import Staging
+
+# The GPU paths (cuda_aware, direct, staged) are imported where a device array first needs them:
+# a numpy program loads none of them (nor subprocess and shutil, which cuda_aware uses), issue 44.
 
 __all__ = ["BOTH", "PATHS", "READ", "WRITE", "Bound", "on_device"]
 
@@ -130,6 +132,9 @@ def on_device(
     largest = _check_sides(fn, arguments, roles)
     if largest <= chunks.Setting.least:
         pipelined = None  # one chunk: the pipeline would decline (core.chunks)
+    from ..gpu.cuda_aware import cuda_awareness
+    from ..gpu.direct import COMPLETING
+
     if (
         direct is not None
         and cuda_awareness().aware
@@ -317,6 +322,8 @@ def _staged(
     roles: dict[str, str | None],
     allocates: bool,
 ) -> Any:
+    from ..gpu.staged import StagedWork, Staging
+
     stage = Staging()
     try:
         shown = _stage_all(stage, bound, roles)
@@ -351,6 +358,9 @@ def batch_on_device(ops: list[Any], fn: str) -> list[Any]:
         ArgumentTypeError: host and device arrays mixed in the batch.
         ArgumentError: two operations overlap where one receives, or the host checks fail.
     """
+    from ..dense import batch, p2p
+    from ..gpu.staged import StagedWork, Staging
+
     arrays = {f"p2p_op_list[{i}].tensor": p.tensor for i, p in enumerate(ops)}
     _check_sides(fn, arrays, dict.fromkeys(arrays, READ))
     writes = [p.op is p2p.irecv for p in ops]

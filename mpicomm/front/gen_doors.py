@@ -30,7 +30,7 @@ TARGET = Path(__file__).with_name("_doors.py")
 #: The widest line written (ruff's line length).
 WIDTH = 110
 #: Names the wrappers use besides the host's parameters, which none of those may take.
-RESERVED = frozenset(("before", "out", "exc"))
+RESERVED: frozenset[str] = frozenset()  # the wrapper's own names all start with "_"
 
 HEADER = '''\
 """The front door's Python wrappers, one factory per public call (see :mod:`mpicomm.front.door`).
@@ -88,7 +88,9 @@ def plans() -> list[door._Plan]:
         package = importlib.import_module("mpicomm.front")
         for info in pkgutil.iter_modules(package.__path__):
             if not info.name.startswith("_") and info.name != "gen_doors":
-                importlib.import_module(f"mpicomm.front.{info.name}")
+                module = importlib.import_module(f"mpicomm.front.{info.name}")
+                for name in getattr(module, "__all__", ()):
+                    getattr(module, name)  # a door made on first use (front.collectives) is made now
     made = [p for p in door._PLANS.values() if p.host.__module__.startswith("mpicomm.")]
     return sorted(made, key=lambda p: p.fn)
 
@@ -164,7 +166,7 @@ def _factory(plan: door._Plan) -> Iterator[str]:
         yield from _fit(4, "", defaults, " = plan.defaults")
     yield ""
     yield from _fit(4, f"def {plan.fn}(", heads, ") -> Any:")
-    yield "        before = _state.exchanges"
+    yield "        _before = _state.exchanges"
     yield f"        _tok = (_me := _ident(), _site, {group}, None)"
     yield "        if _me != _T.owner and _T.owner is not None:"
     yield "            _other_thread()"
@@ -178,19 +180,19 @@ def _factory(plan: door._Plan) -> Iterator[str]:
         yield from _kept_view(a)
     yield "                except (RuntimeError, TypeError):"
     yield from _fit(20, "return _slow([", names, "])")
-    yield from _fit(16, "out = _host(", viewed, ")")
+    yield from _fit(16, "_out = _host(", viewed, ")")
     mapping = "{" + ", ".join(seen) + "}"
-    line = f"                return out if out is None else _answer(out, {mapping}, {plan.returns})"
+    line = f"                return _out if _out is None else _answer(_out, {mapping}, {plan.returns})"
     if len(line) <= WIDTH:
         yield line
     else:
-        yield "                if out is None:"
+        yield "                if _out is None:"
         yield "                    return None"
-        yield from _fit(16, "return _answer(out, {", seen, f"}}, {plan.returns})")
+        yield from _fit(16, "return _answer(_out, {", seen, f"}}, {plan.returns})")
     yield from _fit(12, "return _slow([", names, "])")
-    yield "        except Exception as exc:"
-    # exc is the context of what failed() returns (or failed() returns exc itself): no `from`
-    raised = list(_fit(12, "raise _failed(exc, before, [", names, "])"))
+    yield "        except Exception as _exc:"
+    # _exc is the context of what failed() returns (or failed() returns exc itself): no `from`
+    raised = list(_fit(12, "raise _failed(_exc, _before, [", names, "])"))
     yield raised[0] + "  # noqa: B904"
     yield from raised[1:]
     yield "        finally:"

@@ -17,6 +17,11 @@ cupy array                                 ``cupy``    the array itself
 object with ``__cuda_array_interface__``   ``cuda``    a zero-copy device array
 object with ``__array_interface__``        ``host``    a zero-copy numpy view (``numpy.asarray``)
 object with ``__dlpack__`` only            ``dlpack``  a numpy view (CPU) or device array (CUDA)
+any other buffer-protocol object           ``buffer``  a zero-copy numpy view of its memoryview in
+                                                       its format's dtype (``bytearray``, ``mmap``:
+                                                       bytes, as mpi4py sends them; ``memoryview``,
+                                                       ``array.array``, ctypes arrays; ``bytes``
+                                                       read-only)
 =========================================  ==========  ==========================================
 """
 
@@ -30,11 +35,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
-from ..gpu.backend import backend
 
 __all__ = [
     "CUDA",
     "CUPY",
+    "BUFFER",
     "DLPACK",
     "HOST",
     "LIST",
@@ -52,6 +57,8 @@ __all__ = [
 ]
 
 NUMPY, TORCH, CUPY, CUDA, HOST, DLPACK, OTHER = "numpy", "torch", "cupy", "cuda", "host", "dlpack", "other"
+#: An object that exports the buffer protocol and nothing else mpicomm knows (mpi4py takes them all).
+BUFFER = "buffer"
 #: A list or tuple (of arrays, in the list forms of the collectives).
 LIST = "list"
 
@@ -61,6 +68,7 @@ NATIVE = frozenset((NUMPY, OTHER))
 _KINDS: dict[type, str] = {np.ndarray: NUMPY, int: OTHER, float: OTHER, bool: OTHER, str: OTHER}
 _KINDS[type(None)] = OTHER
 _KINDS[list] = _KINDS[tuple] = LIST
+_KINDS[bytearray] = _KINDS[bytes] = _KINDS[memoryview] = BUFFER
 
 #: DLPack device types (``__dlpack_device__()[0]``) that are host memory: CPU, CUDA host, CUDA managed.
 _DLPACK_HOST = (1, 3, 13)
@@ -95,8 +103,28 @@ def kind_of(x: object) -> str:
     cls = type(x)
     kind = _KINDS.get(cls)
     if kind is None:
-        kind = _KINDS[cls] = _classify(cls)
+        kind = _classify(cls)
+        if kind == OTHER:
+            kind = _exports_buffer(x)
+            if kind is None:  # this object could not say (a closed mmap): ask the next one again
+                return OTHER
+        _KINDS[cls] = kind
     return kind
+
+
+def _exports_buffer(x: object) -> str | None:
+    """``BUFFER`` if ``x`` exports the buffer protocol, ``OTHER`` if its type does not, None: unknown.
+
+    A type without ``__array_interface__`` and the rest is asked once, through one of its objects
+    (Python 3.11 has no class-level test for the buffer protocol).
+    """
+    try:
+        memoryview(x).release()  # type: ignore[arg-type]
+    except TypeError:
+        return OTHER
+    except (ValueError, BufferError):
+        return None
+    return BUFFER
 
 
 def torch_view(t: Any, fn: str, arg: str, write: bool) -> Any:
@@ -279,6 +307,13 @@ def _device_view(x: Any, fn: str, arg: str) -> Any:
     return backend().wrap(x, fn, arg)
 
 
+def backend() -> Any:
+    """The GPU backend, imported on the first device array: a numpy program loads no GPU machinery."""
+    from ..gpu.backend import backend as gpu_backend
+
+    return gpu_backend()
+
+
 def _cuda_view(t: Any, fn: str, arg: str) -> Any:
     """A torch CUDA tensor as a device array of the backend, ordered after torch's current stream.
 
@@ -392,6 +427,8 @@ def foreign_view(x: Any, kind: str, fn: str, arg: str) -> Any:
     """
     if kind == HOST:
         return np.asarray(x)
+    if kind == BUFFER:
+        return _buffer_view(x)
     if kind == CUDA:
         return _device_view(x, fn, arg)
     device = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else 1
@@ -403,6 +440,19 @@ def foreign_view(x: Any, kind: str, fn: str, arg: str) -> Any:
         f"{fn}: {arg} is a {type(x).__qualname__} in DLPack device type {device}; "
         "expected host or CUDA memory"
     )
+
+
+def _buffer_view(x: Any) -> np.ndarray:
+    """A buffer-protocol object's memory as numpy sees its memoryview: shape, strides and format kept.
+
+    Example:
+        >>> b = bytearray(3)
+        >>> _buffer_view(b)[1] = 7
+        >>> list(b)
+        [0, 7, 0]
+    """
+    view: np.ndarray = np.asarray(memoryview(x))
+    return view
 
 
 def view(x: Any, kind: str, fn: str, arg: str, write: bool) -> Any:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -458,6 +456,9 @@ def _pypi_wheel() -> str | None:
 
 def _run_ompi_info() -> str | None:
     """``ompi_info --parsable --all``, or ``None`` where it is missing or fails."""
+    import shutil  # here, not at import: a program that never asks loads neither (issue 44)
+    import subprocess
+
     exe = shutil.which("ompi_info")
     if exe is None:
         return None

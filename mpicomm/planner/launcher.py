@@ -30,6 +30,7 @@ __all__ = [
     "choose_launcher",
     "is_mpich_wheel",
     "job_launcher",
+    "job_python",
     "launch_lines",
     "library_version",
 ]
@@ -169,7 +170,7 @@ def library_version(python: str, timeout: float = 60.0) -> str | None:
 def job_launcher(environ: Mapping[str, str] | None = None, mpi: str = "pmi2") -> tuple[str, LauncherChoice]:
     """The launcher a batch script submitted from this environment would use, and the interpreter it asked.
 
-    The interpreter is the scripts' ``${MPICOMM_PYTHON:-python3}``; its MPI library version is read in a
+    The interpreter is the scripts' (``job_python``); its MPI library version is read in a
     child process (``library_version``), so the answer holds for the nodes when they see the same
     interpreter.
 
@@ -189,7 +190,7 @@ def job_launcher(environ: Mapping[str, str] | None = None, mpi: str = "pmi2") ->
         'srun --mpi=pmi2 (MPICOMM_LAUNCHER unset, so auto: the MPI library version could not be read)'
     """
     env = os.environ if environ is None else environ
-    python = env.get("MPICOMM_PYTHON") or "python3"
+    python = job_python(env)
     wanted = env.get(LAUNCHER_ENV, "")
     version = library_version(python) if wanted in ("", "auto") else None
     return python, choose_launcher(version, env, mpi)
@@ -210,11 +211,67 @@ def _hydra_args(layout: RankLayout) -> str:
     return args
 
 
+def _python_lines() -> list[str]:
+    """The script's interpreter, as ``job_python`` answers.
+
+    ``MPICOMM_PYTHON``, else the active virtual environment's, else the job directory's ``.venv``
+    (``make venv``), else ``python3``.
+    """
+    return [
+        "# The interpreter: MPICOMM_PYTHON, else the active virtual environment's (sbatch passes",
+        "# VIRTUAL_ENV on), else ./.venv's (make venv), else python3 on the PATH.",
+        "py=${MPICOMM_PYTHON:-}",
+        "venv=${VIRTUAL_ENV:-/nonexistent}",
+        'if [ -z "$py" ] && [ -x "$venv/bin/python" ]; then py=$venv/bin/python; fi',
+        'if [ -z "$py" ] && [ -x .venv/bin/python ]; then py=$PWD/.venv/bin/python; fi',
+        "py=${py:-python3}",
+    ]
+
+
+def job_python(env: Mapping[str, str], cwd: str | None = None) -> str:
+    """The interpreter a batch script started in ``cwd`` (default: here) with ``env`` runs.
+
+    Example:
+        >>> job_python({"MPICOMM_PYTHON": "/opt/py"}), job_python({}, "/nonexistent")
+        ('/opt/py', 'python3')
+    """
+    if env.get("MPICOMM_PYTHON"):
+        return env["MPICOMM_PYTHON"]
+    venv = env.get("VIRTUAL_ENV")
+    if venv and os.access(os.path.join(venv, "bin", "python"), os.X_OK):
+        return os.path.join(venv, "bin", "python")
+    local = os.path.join(cwd or os.getcwd(), ".venv", "bin", "python")
+    return local if os.access(local, os.X_OK) else "python3"
+
+
+def _gpu_lines(layout: RankLayout) -> list[str]:
+    """``bind``: the command that gives each rank its own GPU, or nothing for a layout without GPUs.
+
+    A rank uses GPU ``local_rank % gpus_per_node`` of its node (docs/jobs.rst): each rank's
+    ``CUDA_VISIBLE_DEVICES`` becomes that one device (its entry in the list Slurm set, where it set
+    one), so that CUDA, cupy and torch see it as device 0. The local rank is Hydra's
+    ``MPI_LOCALRANKID`` (every rank of an mpiexec inherits one ``SLURM_LOCALID``), else srun's.
+    """
+    gpus = layout.shape.gpus_per_node
+    if not gpus:
+        return ["bind=()"]
+    pick = (
+        'l=${MPI_LOCALRANKID:-${SLURM_LOCALID:-0}}; IFS=, read -ra d <<< "${CUDA_VISIBLE_DEVICES:-}"; '
+        f"if [ ${{#d[@]}} -gt 0 ]; then g=${{d[l % ${{#d[@]}}]}}; else g=$((l % {gpus})); fi; "
+        'export CUDA_VISIBLE_DEVICES=$g; exec "$@"'
+    )
+    return [
+        f"# One GPU per rank: GPU local_rank % {gpus} of its node, as the layout places it",
+        f"bind=(bash -c '{pick}' bind)",
+    ]
+
+
 def launch_lines(layout: RankLayout, command: Sequence[str], mpi: str = "pmi2") -> list[str]:
     """The shell lines of a batch script that choose the launcher and run ``command`` on every rank.
 
     ``MPICOMM_LAUNCHER`` (default ``auto``) picks ``mpiexec`` or ``srun`` as :func:`choose_launcher` does,
-    reading the version string of ``${MPICOMM_PYTHON:-python3}``'s MPI library; the script prints its
+    reading the version string of the job's interpreter's MPI library (``job_python``: ``MPICOMM_PYTHON``,
+    the active virtual environment's, ``./.venv``'s, ``python3``); the script prints its
     choice and reason on stderr. Both forms keep the same promises: the ranks the job got
     (``$SLURM_NTASKS``), the layout's placement (``mpiexec -ppn 1`` deals ranks round robin for a cyclic
     layout, as ``--distribution=cyclic`` does), the CPUs per rank (Hydra's proxy step gets every CPU of its
@@ -244,7 +301,8 @@ def launch_lines(layout: RankLayout, command: Sequence[str], mpi: str = "pmi2") 
         "# mpiexec beside the interpreter when its MPI library is PyPI's MPICH wheel (srun's pmi2 plugin",
         "# cuts the wheel's PMI requests over 1024 bytes: on 2+ nodes the job would hang in MPI_Init),",
         "# else srun --mpi=$MPICOMM_SRUN_MPI. See docs/jobs.rst, 'Which launcher for which MPI'.",
-        "py=${MPICOMM_PYTHON:-python3}",
+        *_python_lines(),
+        *_gpu_lines(layout),
         "launcher=${MPICOMM_LAUNCHER:-auto}",
         'why="MPICOMM_LAUNCHER=$launcher"',
         'if [ "$launcher" = auto ]; then',
@@ -268,11 +326,11 @@ def launch_lines(layout: RankLayout, command: Sequence[str], mpi: str = "pmi2") 
         f'    HYDRA_LAUNCHER_EXTRA_ARGS="{_hydra_args(layout)}" \\',
         f'      "$mpiexec" -n "${{SLURM_NTASKS:-{layout.world_size}}}"{cyclic}'
         " ${SLURM_LABELIO:+-prepend-rank} \\",
-        f'      "$py" -m mpi4py {run}',
+        f'      ${{bind[@]+"${{bind[@]}}"}} "$py" -m mpi4py {run}',
         "    ;;",
         "  srun)",
         f'    srun --mpi="${{{SRUN_MPI_ENV}:-{mpi}}}" --cpus-per-task={shape.cpus_per_task} '
-        f'"$py" -m mpi4py {run}',
+        f'${{bind[@]+"${{bind[@]}}"}} "$py" -m mpi4py {run}',
         "    ;;",
         "  *)",
         f"    echo \"mpicomm: {LAUNCHER_ENV} is '$launcher'; expected auto, mpiexec or srun\" >&2",

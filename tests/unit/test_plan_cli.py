@@ -225,3 +225,21 @@ def test_planned_job_on_the_wrong_number_of_ranks_fails(tmp_path: Path) -> None:
     done = run_plan_under_mpiexec(tmp_path / "p.json", 2)
     assert done.returncode != 0
     assert "planned for 3 ranks, running on 2" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("where", "said"), [("sub", ".. (from this script's folder)"), (".", "this script's folder")]
+)
+def test_the_regenerate_comment_names_the_folder_the_command_ran_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, said: str
+) -> None:
+    """Issue 44: it said "from the repository root" wherever the script was made."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / where).mkdir(exist_ok=True)
+    script = Path(where) / "x.sbatch"
+    assert (
+        main(["--nodes", "1", "--ntasks-per-node", "2", "--sbatch", str(script), "--", "-m", "mpicomm.demo"])
+        == 0
+    )
+    second = (tmp_path / script).read_text().splitlines()[1]
+    assert second.endswith(f"Regenerate from {said} with:"), second

@@ -18,9 +18,12 @@ rounds that alternate the contenders, the median of per-call times (max over ran
   shape: each face copied out (``np.ascontiguousarray``), ``Sendrecv``, copied back into the ghost
   layer, the rows spanning the ghost columns (the corners). Two grids: the ranks in one row (the
   strided columns travel; the other axis is a fixed boundary) and in one column (the rows travel).
+* ``all_reduce`` of 4, 8 and 16 MiB against raw ``Allreduce(IN_PLACE)`` (issue 44, :func:`large_rows`).
 
 Start-up: ``--launches`` runs each of ``mpiexec -n 2 python -c "import mpicomm; mpicomm.get_rank()"``
 and ``... "import numpy; from mpi4py import MPI; MPI.COMM_WORLD.Get_rank()"``, interleaved; medians.
+Then issue 44's first call (:data:`FIRST_CALL`): the first numpy ``all_reduce`` against mpi4py's
+first ``Allreduce``, and imports + MPI start + that call, timed inside each process; medians.
 It says so where mpicomm's modules have no cached bytecode (an editable install under
 ``PYTHONDONTWRITEBYTECODE=1``): they are then compiled at every start, about 15 ms a process.
 The table at the end gives each target of the issue, its measured ratio and whether it is met.
@@ -161,6 +164,7 @@ def child(rounds: int) -> dict[str, Any]:
         measure(f"exchange_halos {HALO_N}x{HALO_N} {name}", halo)
         cart.Free()
         mpicomm.destroy_process_group(grid.group)
+    large_rows(mpicomm, comm, measure)
     comm.Free()
     if r != 0:
         return {}
@@ -188,6 +192,45 @@ def hand_halos(cart: Any, u: np.ndarray, shifts: tuple[tuple[int, int], tuple[in
         cart.Sendrecv(np.ascontiguousarray(u[face]), dst, tag, got, src, tag)
         if src != null:
             u[ghost] = got
+#: Issue 44's large all_reduce sizes: one chunk, two, four (``MPICOMM_STAGING_CHUNK``'s default 4 MiB).
+LARGE_SIZES = (4 << 20, 8 << 20, 16 << 20)
+
+
+def large_rows(
+    mpicomm: Any, comm: Any, measure: Callable[[str, dict[str, Callable[[], float]]], None]
+) -> None:
+    """``all_reduce`` of 4, 8 and 16 MiB of float64 in place: mpicomm against raw ``Allreduce(IN_PLACE)``.
+
+    mpicomm's calls go on its world, the raw ones on the bench's own communicator: each sees only its
+    own calls (the raw one also the bench's timing barriers, as mpicomm's world sees none of them).
+    """
+    from mpicomm import _mpi
+
+    MPI = _mpi.MPI
+    for nbytes in LARGE_SIZES:
+        x = np.ones(nbytes // 8)
+        it = 10
+        measure(
+            f"all_reduce {nbytes >> 20} MiB",
+            {
+                "mpicomm": partial(_per_call, comm, partial(mpicomm.all_reduce, x), it),
+                "mpi4py": partial(
+                    _per_call, comm, partial(comm.Allreduce, MPI.IN_PLACE, [x, MPI.DOUBLE]), it
+                ),
+            },
+        )
+
+
+def large_targets(own: dict[str, dict[str, float]]) -> list[tuple[str, float, float]]:
+    """Issue 44's target for the large all_reduce rows: at most 1.03x raw at each size."""
+    out = []
+    for nbytes in LARGE_SIZES:
+        row = own.get(f"all_reduce {nbytes >> 20} MiB")
+        if row is not None:
+            out.append(
+                (f"all_reduce {nbytes >> 20} MiB <= 1.03x mpi4py", row["mpicomm"] / row["mpi4py"], 1.03)
+            )
+    return out
 
 
 def _run_child(level: str, ranks: int, rounds: int) -> dict[str, Any]:
@@ -235,6 +278,56 @@ def startup(ranks: int, launches: int) -> dict[str, float]:
             )
             times[name].append(time.perf_counter() - start)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+#: Issue 44's first call: the same program with mpicomm and with numpy + mpi4py, timed inside the
+#: process from before its imports: (seconds of the first all_reduce of a numpy array, seconds of
+#: imports + MPI start + that call). Rank 0 prints them.
+FIRST_CALL = {
+    "mpicomm": "import numpy as np; import mpicomm; mpicomm.init(); x = np.ones(4); t1 = perf_counter(); "
+    "mpicomm.all_reduce(x)",
+    "numpy+mpi4py": "import numpy as np; from mpi4py import MPI; x = np.ones(4); t1 = perf_counter(); "
+    "MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, x)",
+}
+_TIMED = (
+    "from time import perf_counter; t0 = perf_counter()\n{body}\nt2 = perf_counter()\n"
+    "import os\nif os.environ.get('PMI_RANK', os.environ.get('OMPI_COMM_WORLD_RANK', '0')) == '0': "
+    "print('FIRST', t2 - t1, t2 - t0)"
+)
+
+
+def first_call(ranks: int, launches: int) -> dict[str, dict[str, float]]:
+    """Median first-call and import+init+first-call seconds of each :data:`FIRST_CALL` program."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MPI4PY_RC_", "MPICOMM_THREAD"))}
+    env["OMP_NUM_THREADS"] = "1"
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in FIRST_CALL}
+    for i in range(launches):
+        for name in list(FIRST_CALL) if i % 2 == 0 else list(FIRST_CALL)[::-1]:
+            code = _TIMED.format(body=FIRST_CALL[name])
+            out = subprocess.run(
+                [_mpiexec(), "-n", str(ranks), sys.executable, "-c", code],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=120,
+            )
+            line = next(ln for ln in out.stdout.splitlines() if ln.startswith("FIRST "))
+            first, total = (float(v) for v in line.split()[1:])
+            got[name].append((first, total))
+    return {
+        k: {"first": statistics.median(f for f, _ in v), "total": statistics.median(t for _, t in v)}
+        for k, v in got.items()
+    }
+
+
+def first_call_targets(first: dict[str, dict[str, float]]) -> list[tuple[str, float, float]]:
+    """Issue 44's start-up targets as (target, measured, limit): ms over mpi4py's, and a ratio."""
+    own, raw = first["mpicomm"], first["numpy+mpi4py"]
+    return [
+        ("first all_reduce - mpi4py's first (ms) <= 10", (own["first"] - raw["first"]) * 1e3, 10.0),
+        ("import+init+first call <= 1.15x numpy+mpi4py", own["total"] / raw["total"], 1.15),
+    ]
 
 
 def uncompiled(root: str | None = None) -> list[str]:
@@ -319,14 +412,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  (mpicomm's bytecode is not cached for {', '.join(stale)}: each start compiles them, "
             "~1 ms a module; run python -m compileall on the package, as pip does at install)"
         )
-    rows = targets(jobs, start)
+    first = first_call(args.ranks, args.launches)
+    for name, v in first.items():
+        ms = f"{v['first'] * 1e3:.2f} ms; import+init+first call {v['total'] * 1e3:.1f} ms"
+        print(f"first call, {name}: {ms}")
+    rows = targets(jobs, start) + first_call_targets(first) + large_targets(jobs["mpicomm"]["rows"])
     print(f"\n{'target':<48} {'ratio':>6}  met")
     for text, ratio, limit in rows:
         print(f"{text:<48} {ratio:6.2f}  {'yes' if ratio <= limit else 'NO'}")
     print(f"load {os.getloadavg()[0]:.2f} at the end", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"jobs": jobs, "startup": start, "targets": rows}, f, indent=1)
+            json.dump({"jobs": jobs, "startup": start, "first_call": first, "targets": rows}, f, indent=1)
     return 0
 
 
