@@ -192,6 +192,8 @@ def hand_halos(cart: Any, u: np.ndarray, shifts: tuple[tuple[int, int], tuple[in
         cart.Sendrecv(np.ascontiguousarray(u[face]), dst, tag, got, src, tag)
         if src != null:
             u[ghost] = got
+
+
 #: Issue 44's large all_reduce sizes: one chunk, two, four (``MPICOMM_STAGING_CHUNK``'s default 4 MiB).
 LARGE_SIZES = (4 << 20, 8 << 20, 16 << 20)
 
