@@ -106,6 +106,17 @@ PLUGS: tuple[Plug, ...] = (
         "same question (one MPI_Allreduce) on host ranks, does not ask it twice. As an argument it "
         "would change the signature of every host call that asks; the mark lives in this one block.",
     ),
+    Plug(
+        "mpicomm.trace.wrap",
+        "mpicomm.core.work.Work.wait",
+        "only with MPICOMM_TRACE set: the timeline records when a program waits on an async call. A "
+        "recorder argument on every Work would cost every untraced call (issue 43: zero cost when off).",
+    ),
+    Plug(
+        "mpicomm.trace.wrap",
+        "mpicomm.core.work.Work.is_completed",
+        "only with MPICOMM_TRACE set: an async call's completion seen by polling, as Work.wait above.",
+    ),
 )
 
 

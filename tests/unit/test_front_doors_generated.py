@@ -109,10 +109,10 @@ def test_the_generator_writes_keyword_only_parameters_and_a_single_default(tmp_p
 
 
 def test_the_generator_refuses_a_parameter_its_wrapper_uses_itself() -> None:
-    def clash(tensor: Any, out: Any = None) -> None: ...
+    def clash(tensor: Any, _out: Any = None) -> None: ...
 
     plan = door._Plan("clash", clash, {"tensor": door.READ}, None, None, None, True)
-    with pytest.raises(ValueError, match="clash has parameters \\['out'\\]"):
+    with pytest.raises(ValueError, match="clash has parameters \\['_out'\\]"):
         gen_doors.render([plan])
 
 
