@@ -35,6 +35,7 @@ from .. import _mpi
 from ..core import groups
 from ..dense.sync import barrier
 from ..errors import ArgumentError
+from .launch import check_launch
 from .registered import MpicommProcessGroup
 
 __all__ = ["NAME", "process_group", "register"]
@@ -66,6 +67,10 @@ def register() -> None:
     _mpi.need("multiple", "the torch backend (torch calls it from its own threads)")
     if NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+    # a group started without a backend name (init_device_mesh("cpu", ...) with no default group calls
+    # init_process_group() bare) takes the default backend of the machine's device: mpicomm for cpu.
+    # CUDA keeps its own default (nccl), which the user chose by installing a CUDA torch.
+    dist.Backend.default_device_backend_map["cpu"] = NAME
     handlers = _rdzv._rendezvous_handlers
     if _State.torch_env is None:
         _State.torch_env = handlers["env"]
@@ -102,6 +107,7 @@ def _create(opts: Any, backend_options: Any) -> MpicommProcessGroup:
     timeout = opts.timeout
     if not ranks:
         if opts.group_size != w.size() or opts.group_rank != w.rank():
+            check_launch(w.rank(), w.size(), _FN)  # torchrun's rank and size, not the user's arguments
             raise ArgumentError(
                 f"{_FN}: rank {opts.group_rank} of world_size {opts.group_size} given; expected rank "
                 f"{w.rank()} of {w.size()} (what MPI launched); leave rank and world_size out under mpiexec"
@@ -158,6 +164,7 @@ def _mpi_rendezvous(
     """Rank and size from MPI (a given one is checked), and rank 0's TCPStore, its port sent over MPI."""
     w = groups.world(_FN)
     rank, size = w.rank(), w.size()
+    check_launch(rank, size, _FN)
     query = dict(p.split("=", 1) for p in urlparse(url).query.split("&") if "=" in p)
     for key, actual in (("rank", rank), ("world_size", size)):
         given = int(query.get(key, "-1"))
