@@ -2,8 +2,10 @@
 
 - ``startup``: torch.distributed's set-up names for ``import mpicomm as dist`` (``init_process_group``,
   ``group.WORLD``, ``new_subgroups``, ``split_group``, ``get_backend``, ...).
-- ``backend_names``: torch's backend names (``Backend``, the deprecated ``reduce_op``) and the name a
-  group keeps; installs its name check into ``mpicomm.core.groups.new_group``.
+- ``backend_names``: torch's backend names (``Backend``, the deprecated ``reduce_op``); the name check
+  itself is ``mpicomm.core.labels``'s, which ``new_group`` calls.
+- ``launch``: torchrun's variables from an MPI launcher's, and the refusal of launches MPI did not make.
+- ``options``: c10d's options (reductions, roots, timeouts) in mpicomm's terms, for both adapters.
 - ``device_mesh``: ``DeviceMesh`` and ``init_device_mesh`` on mpicomm's own groups.
 - ``pg_methods``: torch's ``ProcessGroup`` methods (``pg.allreduce([t])``, ...), attached to
   :class:`~mpicomm.ProcessGroup` when :mod:`mpicomm` is imported.

@@ -30,11 +30,13 @@ from urllib.parse import urlparse
 import numpy as np
 import torch.distributed as dist
 from torch._C._distributed_c10d import TCPStore
+from torch.distributed import constants as _constants
 
 from .. import _mpi
 from ..core import groups
 from ..dense.sync import barrier
 from ..errors import ArgumentError
+from . import options
 from .launch import check_launch
 from .registered import MpicommProcessGroup
 
@@ -101,10 +103,13 @@ def process_group(group: groups.ProcessGroup, name: str = "") -> MpicommProcessG
 
 def _create(opts: Any, backend_options: Any) -> MpicommProcessGroup:
     """Torch's creator (extended API): the group of ``opts.global_ranks_in_group`` (empty: the world)."""
-    _refuse_mixed_devices()
+    helper = _helper_locals()
+    _refuse_mixed_devices(helper)
     w = groups.world(_FN)
     ranks = list(opts.global_ranks_in_group)
-    timeout = opts.timeout
+    # torch passes its own default (30 minutes) when the user gave none: the group then takes
+    # mpicomm's default (MPICOMM_TIMEOUT), as a group made by mpicomm without a timeout does
+    timeout = None if _torch_default_timeout(helper, opts.timeout) else options.seconds(opts.timeout, _FN)
     if not ranks:
         if opts.group_size != w.size() or opts.group_rank != w.rank():
             check_launch(w.rank(), w.size(), _FN)  # torchrun's rank and size, not the user's arguments
@@ -112,7 +117,7 @@ def _create(opts: Any, backend_options: Any) -> MpicommProcessGroup:
                 f"{_FN}: rank {opts.group_rank} of world_size {opts.group_size} given; expected rank "
                 f"{w.rank()} of {w.size()} (what MPI launched); leave rank and world_size out under mpiexec"
             )
-        w.timeout = groups.timeout_seconds(timeout, _FN)
+        w.timeout = timeout
         group = w
     else:
         group = groups.new_group(
@@ -126,16 +131,33 @@ def _create(opts: Any, backend_options: Any) -> MpicommProcessGroup:
     return MpicommProcessGroup(group, str(opts.group_id))
 
 
-def _refuse_mixed_devices() -> None:
+def _helper_locals() -> dict[str, Any]:
+    """The locals of torch's ``_new_process_group_helper`` frame, the creator's caller ({} if not found).
+
+    It alone keeps what the creator's options lose: the backend string of every device and whether
+    the timeout is torch's default object or one the user passed.
+    """
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "_new_process_group_helper":
+        frame = frame.f_back  # type: ignore[assignment]
+    return {} if frame is None else dict(frame.f_locals)
+
+
+def _torch_default_timeout(helper: dict[str, Any], given: datetime.timedelta) -> bool:
+    """Whether torch filled the timeout in itself (its default object, not one the user made)."""
+    defaults = (_constants.default_pg_timeout, _constants.default_pg_nccl_timeout)
+    if "timeout" in helper:
+        return any(helper["timeout"] is d for d in defaults)
+    return given == _constants.default_pg_timeout  # torch moved its helper: tell by value
+
+
+def _refuse_mixed_devices(helper: dict[str, Any]) -> None:
     """Raise for a backend string that gives some device another backend (``"cpu:mpicomm,cuda:nccl"``).
 
     torch uses a Python-written group for every device and would drop the other backend silently;
     the string is read from torch's ``_new_process_group_helper`` frame, the only place it is kept.
     """
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_name != "_new_process_group_helper":
-        frame = frame.f_back  # type: ignore[assignment]
-    config = None if frame is None else frame.f_locals.get("backend_config")
+    config = helper.get("backend_config")
     if config is None:
         return
     devices = {str(d): str(b) for d, b in config.get_device_backend_map().items()}
@@ -172,7 +194,7 @@ def _mpi_rendezvous(
             raise ArgumentError(
                 f"{_FN}: {key} is {given}; expected {actual} (what MPI launched) or nothing under mpiexec"
             )
-    store = _tcp_store(w, timeout)
+    store = _tcp_store(w, options.clamped(timeout))
     yield store, rank, size
     raise RuntimeError(f"{_FN}: the MPI rendezvous cannot run again (re-rendezvous)")
 
