@@ -13,9 +13,11 @@
   for ``backend="mpicomm"``: c10d's methods, old and new names, on an mpicomm group (imports torch).
 - ``registration``: the backend's registration (``import mpicomm.torch``), its creator, and the MPI
   rendezvous behind ``env://`` and ``mpicomm://`` (rank 0's TCPStore, its port sent over MPI).
+- ``torch_objects``: torch's object collectives on this backend unpickle in safe mode when it is on.
 - ``work``: the completed and pending ``Work`` handles that group returns.
 
-May import: the front door (``mpicomm.front``), the dense data path (``mpicomm.dense``),
+May import: the front door (``mpicomm.front``), the dense data path (``mpicomm.dense``), the object
+collectives' pickling (``mpicomm.objects``: safe mode for torch's object collectives),
 ``mpicomm.core``, ``mpicomm.errors``, and torch (lazily, in the modules that need it: importing
 :mod:`mpicomm` imports neither torch nor cupy). Nothing below it imports it: only
 ``mpicomm/__init__.py``, :mod:`mpicomm.torch` and the programs in ``mpicomm.apps``.

@@ -51,6 +51,11 @@ def _decoded(rop: Any) -> ReduceOp:
     return options.reduction(rop, "ProcessGroup")
 
 
+#: The devices of every group of this backend: the host always, CUDA where this torch has it
+#: (CPU-only torch must not be told cuda: torch then puts buffers there and fails).
+_DEVICES = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+
+
 def _single(tensors: list[Any], fn: str) -> Any:
     """The one tensor of c10d's list (one device per process)."""
     if len(tensors) != 1:
@@ -124,6 +129,16 @@ class MpicommProcessGroup(dist.ProcessGroup):
     def group_desc(self) -> str:  # type: ignore[override]
         """Torch's description of the group."""
         return self._desc
+
+    @property
+    def _device_types(self) -> list[torch.device]:  # type: ignore[override]
+        """The devices torch may send to this group: cpu, and cuda where torch has CUDA.
+
+        torch fills this list when a C++ backend is registered on a group for a device, which a group
+        written in Python never gets; DCP's ``async_save``, ``_get_pg_default_device``, object
+        collectives' device choice and full-state-dict loading with ``broadcast_from_rank0`` read it.
+        """
+        return _DEVICES
 
     @property
     def mpicomm_group(self) -> Group:

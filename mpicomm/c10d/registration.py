@@ -36,7 +36,7 @@ from .. import _mpi
 from ..core import groups
 from ..dense.sync import barrier
 from ..errors import ArgumentError
-from . import options
+from . import options, torch_objects
 from .launch import check_launch
 from .registered import MpicommProcessGroup
 
@@ -79,6 +79,7 @@ def register() -> None:
         handlers["env"] = _env_or_mpi  # torch's register_rendezvous_handler refuses a second "env"
     if "mpicomm" not in handlers:
         handlers["mpicomm"] = _mpi_rendezvous
+    torch_objects.install()
 
 
 def process_group(group: groups.ProcessGroup, name: str = "") -> MpicommProcessGroup:

@@ -25,7 +25,7 @@ ALLOWED = {
     "objects": {"core", "dense"},
     "gpu": {"core", "dense"},
     "front": {"core", "dense", "jagged", "objects", "gpu"},
-    "c10d": {"front", "dense", "core"},  # the torch room: the front door and below
+    "c10d": {"front", "dense", "objects", "core"},  # the torch room: the front door and below
     "planner": set(),
     "apps": {"*"},
 }
