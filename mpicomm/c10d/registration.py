@@ -36,7 +36,7 @@ from .. import _mpi
 from ..core import groups
 from ..dense.sync import barrier
 from ..errors import ArgumentError
-from . import options, torch_objects
+from . import compiled, options, torch_objects
 from .launch import check_launch
 from .registered import MpicommProcessGroup
 
@@ -80,6 +80,7 @@ def register() -> None:
     if "mpicomm" not in handlers:
         handlers["mpicomm"] = _mpi_rendezvous
     torch_objects.install()
+    compiled.install()
 
 
 def process_group(group: groups.ProcessGroup, name: str = "") -> MpicommProcessGroup:
