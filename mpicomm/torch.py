@@ -1,4 +1,4 @@
-"""``import mpicomm.torch``: mpicomm becomes torch.distributed's backend ``"mpicomm"`` (cpu and cuda).
+"""``import mpicomm.torch``: mpicomm becomes torch.distributed's backend ``"mpicomm"`` (cpu; cuda with CUDA).
 
 The one line a torch program adds. On import, without starting MPI:
 

@@ -33,7 +33,7 @@ from .work import Done, Pending
 # the front door's all_reduce, bound once: a module attribute read less on the 8-byte path
 _all_reduce = collectives.all_reduce
 
-__all__ = ["MpicommProcessGroup"]
+__all__ = ["DEVICES", "MpicommProcessGroup"]
 
 _RED: Any = dist.ReduceOp.RedOpType  # its members are missing from torch's type stubs
 _SUM = _RED.SUM
@@ -53,7 +53,7 @@ def _decoded(rop: Any) -> ReduceOp:
 
 #: The devices of every group of this backend: the host always, CUDA where this torch has it
 #: (CPU-only torch must not be told cuda: torch then puts buffers there and fails).
-_DEVICES = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+DEVICES = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
 
 
 def _single(tensors: list[Any], fn: str) -> Any:
@@ -138,7 +138,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
         written in Python never gets; DCP's ``async_save``, ``_get_pg_default_device``, object
         collectives' device choice and full-state-dict loading with ``broadcast_from_rank0`` read it.
         """
-        return _DEVICES
+        return DEVICES
 
     @property
     def mpicomm_group(self) -> Group:

@@ -1,8 +1,9 @@
 """``backend="mpicomm"`` in torch.distributed: the registered creator and the rendezvous over MPI.
 
-:func:`register` (run by ``import mpicomm.torch``) registers the backend ``"mpicomm"`` for ``cpu`` and
-``cuda`` with torch's extended creator API, and teaches torch's ``env://`` rendezvous to ask MPI when
-the launcher (``mpiexec``, ``mpirun``, ``srun``) set no ``MASTER_ADDR``/``MASTER_PORT``. Then
+:func:`register` (run by ``import mpicomm.torch``) registers the backend ``"mpicomm"`` for ``cpu`` (and
+``cuda`` where torch has CUDA) with torch's extended creator API, and teaches torch's ``env://``
+rendezvous to ask MPI when the launcher (``mpiexec``, ``mpirun``, ``srun``) set no
+``MASTER_ADDR``/``MASTER_PORT``. Then
 
     dist.init_process_group("mpicomm")
 
@@ -38,7 +39,7 @@ from ..dense.sync import barrier
 from ..errors import ArgumentError
 from . import compiled, options, torch_objects
 from .launch import check_launch
-from .registered import MpicommProcessGroup
+from .registered import DEVICES, MpicommProcessGroup
 
 __all__ = ["NAME", "process_group", "register"]
 
@@ -68,7 +69,10 @@ def register() -> None:
     # which mpicomm refuses below MPI_THREAD_MULTIPLE: ask for it where mpicomm starts MPI.
     _mpi.need("multiple", "the torch backend (torch calls it from its own threads)")
     if NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+        # the devices this torch has: told "cuda" on a CPU-only torch, torch puts buffers there
+        # (ShardedTensor's gather asks the backend's device map for its non-cpu device)
+        devices = [d.type for d in DEVICES]
+        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=devices)
     # a group started without a backend name (init_device_mesh("cpu", ...) with no default group calls
     # init_process_group() bare) takes the default backend of the machine's device: mpicomm for cpu.
     # CUDA keeps its own default (nccl), which the user chose by installing a CUDA torch.

@@ -108,3 +108,22 @@ def test_full_state_dict_resume_with_broadcast_from_rank0_as_on_gloo(both: dict[
     ours, theirs = _resume_from_rank0(both["mpicomm"]), _resume_from_rank0(both["gloo"])
     for name, want in _model(0).state_dict().items():
         assert torch.equal(ours[name], want) and torch.equal(theirs[name], want), name
+
+
+@pytest.mark.parametrize("backend", ["mpicomm", "gloo"])
+def test_sharded_tensor_gathers_cpu_shards(both: dict[str, Any], backend: str) -> None:
+    """torchrec's path: ShardedTensor gathers where the backend's device map says (cuda on CPU torch)."""
+    from torch.distributed._shard import sharded_tensor
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    spec = ChunkShardingSpec(dim=0, placements=[f"rank:{r}/cpu" for r in range(size)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        st = sharded_tensor.empty(spec, 2 * size, 3, process_group=both[backend])
+        st.local_shards()[0].tensor.fill_(float(rank))
+        out = torch.empty(2 * size, 3) if rank == 0 else None
+        st.gather(dst=0, out=out)
+    if rank == 0:
+        want = torch.arange(size, dtype=torch.float32).repeat_interleave(2)[:, None].expand(-1, 3)
+        assert out is not None and torch.equal(out, want), out
