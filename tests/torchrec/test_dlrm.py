@@ -1,11 +1,11 @@
 """A torchrec DLRM trained with DistributedModelParallel on mpicomm and on gloo: equal losses and weights.
 
 Eight tables, two of each sharding type torchrec's sharder offers on CPU (table-wise, column-wise,
-table-column-wise and data parallel, set by planner constraints), fused SGD on the tables and SGD on the dense part. The same
-program runs on torch's default group ("mpicomm") and on a gloo group of the same ranks, in one process;
-at one and two ranks the results are bit-identical (a sum of two numbers has one order), from three
-they agree to float32 rounding. Runs in its own venv (``make test-torchrec``: torchrec 1.8.0 and
-fbgemm-gpu-cpu 1.8.0 beside torch 2.13 CPU).
+table-column-wise and data parallel, set by planner constraints), fused SGD on the tables and SGD on the
+dense part. The same program runs on torch's default group ("mpicomm") and on a gloo group of the same
+ranks, in one process; at one and two ranks the results are bit-identical (a sum of two numbers has one
+order), from three they agree to float32 rounding. Runs in its own venv (``make test-torchrec``:
+torchrec 1.8.0 and fbgemm-gpu-cpu 1.8.0 beside torch 2.13 CPU).
 """
 
 from __future__ import annotations
@@ -84,9 +84,8 @@ def _train(pg: Any) -> tuple[list[float], dict[str, torch.Tensor]]:
     )
     sharders: list[Any] = [EmbeddingBagCollectionSharder()]
     plan = planner.collective_plan(model, sharders, pg)
-    dmp = DistributedModelParallel(
-        model, env=ShardingEnv.from_process_group(pg), device=torch.device("cpu"), plan=plan, sharders=sharders
-    )
+    env = ShardingEnv.from_process_group(pg)
+    dmp = DistributedModelParallel(model, env=env, device=torch.device("cpu"), plan=plan, sharders=sharders)
     dense = [p for n, p in dmp.named_parameters() if "sparse_arch" not in n]
     opt = torch.optim.SGD(dense, lr=0.1)
     losses = []
