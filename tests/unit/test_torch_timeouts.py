@@ -60,3 +60,23 @@ def test_a_users_timeout_wins_over_mpicomm_timeout(tmp_path):
     status, out, _ = run_job(tmp_path, body, 2, {"MPICOMM_TIMEOUT": "600"}, timeout=120)
     _ended(out, status)
     assert "the timeout group world was made with, 2 s" in out, out
+
+
+DISAGREE = """
+    import mpicomm.torch
+    import torch.distributed as dist
+
+    dist.init_process_group("mpicomm")
+    r = dist.get_rank()
+    ranks = list(range(dist.get_world_size())) if r == 0 else [r]  # the ranks disagree on the members
+    group = dist.new_group(ranks)
+    print(f"rank {r} made its group", flush=True)
+    dist.barrier()
+    print(f"rank {r} went on", flush=True)
+"""
+
+
+def test_ranks_that_disagree_in_torchs_new_group_end_within_the_timeout_naming_the_call(tmp_path):
+    status, out, _ = run_job(tmp_path, DISAGREE, 2, {"MPICOMM_TIMEOUT": "1"}, timeout=120)
+    assert status != 0 and "went on" not in out, out
+    assert "mpicomm watchdog: new_group on group world" in out and "job.py:8. Timed out" in out, out
