@@ -127,3 +127,11 @@ def test_sharded_tensor_gathers_cpu_shards(both: dict[str, Any], backend: str) -
     if rank == 0:
         want = torch.arange(size, dtype=torch.float32).repeat_interleave(2)[:, None].expand(-1, 3)
         assert out is not None and torch.equal(out, want), out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a CPU-only torch")
+@pytest.mark.parametrize("backend", ["mpicomm", "gloo"])
+def test_split_group_refuses_as_on_gloo_on_a_cpu_only_torch(both: dict[str, Any], backend: str) -> None:
+    """torch's split_group needs an accelerator-bound default group: on CPU-only torch it refuses gloo too."""
+    with pytest.raises(RuntimeError, match="No device associated with the default pg"):
+        dist.split_group(parent_pg=both[backend], split_ranks=[list(range(dist.get_world_size()))])
