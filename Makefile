@@ -141,3 +141,29 @@ bench: venv ## the benchmark against raw mpi4py on BENCH_NP ranks (default 2), J
 clean: ## remove the environment and build outputs
 	rm -rf $(VENV) build dist *.egg-info docs/_build bench-results .mypy_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# ---- test-torchrec: issue 42, added by the torch work (a block of its own; `make test` does not call it yet) ----
+# torchrec's DLRM under DistributedModelParallel on mpicomm and on gloo (tests/torchrec), in a venv of its
+# own that sees .venv's packages (torch, mpi4py, mpicomm, pytest) through a .pth file and its MPI
+# libraries through links, and adds torchrec 1.8.0 with FBGEMM 1.8.0's CPU build (FBGEMM 1.N pairs with
+# torch 2.(N+5); torchrec names the CUDA fbgemm-gpu, hence --no-deps) and torchrec's other dependencies.
+.PHONY: test-torchrec
+TORCHREC_VENV ?= .venv-torchrec
+TORCHREC_PY   := $(TORCHREC_VENV)/bin/python
+TORCHREC_PKGS ?= torchrec==1.8.0 fbgemm-gpu-cpu==1.8.0
+TORCHREC_DEPS ?= tensordict torchmetrics==1.0.3 tqdm pyre-extensions
+
+$(TORCHREC_VENV)/.installed: $(STAMP)
+	rm -rf $(TORCHREC_VENV)
+	"$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv $(TORCHREC_VENV)  # .venv's Python
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+	  > "$$($(TORCHREC_PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_base_venv.pth"
+	for f in $(abspath $(VENV))/lib/*; do case "$$f" in */python3*) ;; *) ln -sfn "$$f" $(TORCHREC_VENV)/lib/;; esac; done
+	$(TORCHREC_PY) -m pip install -q --disable-pip-version-check --no-deps $(TORCHREC_PKGS)
+	$(TORCHREC_PY) -m pip install -q --disable-pip-version-check $(TORCHREC_DEPS)
+	touch $@
+
+test-torchrec: $(TORCHREC_VENV)/.installed ## torchrec's DLRM (DistributedModelParallel) on mpicomm vs gloo, at 2 and 3 ranks
+	@set -e; for n in 2 3; do echo "== tests/torchrec on $$n ranks =="; \
+	  timeout 600 $(MPIEXEC) $(MPIFLAGS) -n $$n $(TORCHREC_PY) -m mpi4py -m pytest --with-mpi -x \
+	  --timeout $(TIMEOUT) --timeout-method thread --color=no -p no:cacheprovider tests/torchrec; done

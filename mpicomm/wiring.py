@@ -64,12 +64,6 @@ PLUGS: tuple[Plug, ...] = (
         "lookup finds them first (no placeholder, no indirection after the first use).",
     ),
     Plug(
-        "mpicomm.c10d.backend_names",
-        "mpicomm.core.groups._Labels",
-        "torch's backend names for new_group's `backend` argument (issue 40 gives this one to the "
-        "c10d work; drop this row when it goes).",
-    ),
-    Plug(
         "mpicomm.wiring",
         "mpicomm.objects.devbufs.Hooks",
         "the object collectives sit beside the GPU code and below the front door's array kinds; their "

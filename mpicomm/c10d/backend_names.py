@@ -1,18 +1,18 @@
-"""torch.distributed's backend names: ``Backend``, the deprecated ``reduce_op``, and the name a group keeps.
+"""torch.distributed's backend names: ``Backend``, the deprecated ``reduce_op``, the ``is_*_available`` calls.
 
 Every backend a torch program names (``"gloo"``, ``"nccl"``, ``"GLOO"``, ``"cpu:gloo,cuda:nccl"``, ...)
-is served by MPI. The name is kept, lower-cased as torch keeps it, so that :func:`~mpicomm.get_backend`
-answers what the program asked for; the first name other than ``mpi`` warns once per process.
+is served by MPI. The check of a name and the name a group keeps are :mod:`mpicomm.core.labels`'s
+(:func:`mpicomm.new_group` checks its ``backend`` there, with nothing installed at run time);
+``Backend.backend_list`` is that module's list.
 """
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any, ClassVar
 
 from .. import _mpi
-from ..core import groups as _groups
+from ..core.labels import BACKEND_NAMES, BackendWarning, backend_name, names_in
 from ..core.reduce_op import ReduceOp
 from ..errors import ArgumentError, ArgumentTypeError
 
@@ -52,7 +52,7 @@ class Backend(str):
     MPI: ClassVar[str] = "mpi"
     XCCL: ClassVar[str] = "xccl"
     FAKE: ClassVar[str] = "fake"
-    backend_list: ClassVar[list[str]] = [UNDEFINED, GLOO, NCCL, XCCL, UCC, MPI, FAKE]
+    backend_list: ClassVar[list[str]] = BACKEND_NAMES  # core's list: new_group checks names against it
     default_device_backend_map: ClassVar[dict[str, str]] = {
         "cpu": GLOO,
         "cuda": NCCL,
@@ -69,80 +69,6 @@ class Backend(str):
         if not isinstance(name, str):
             raise ArgumentError(f"Backend: name is {name!r}; expected a string such as 'gloo' or 'mpi'")
         return super().__new__(cls, name.lower())
-
-
-class BackendWarning(UserWarning):
-    """A torch backend name other than ``mpi`` was given: the group runs on MPI all the same."""
-
-
-class _Warned:
-    once = False
-
-
-def backend_name(backend: object, fn: str, default: str = "mpi") -> str:
-    """The lower-case backend name of torch's ``backend`` argument (``default`` for None).
-
-    Accepts torch's names in any case and its device lists (``"cpu:gloo,cuda:nccl"``); the first
-    name other than ``mpi`` warns once per job (on rank 0) that MPI serves it.
-
-    Args:
-        backend: ``None``, a name such as ``"gloo"``, or ``"device:name,..."``.
-        fn: The calling function, for messages.
-        default: The name for ``None``.
-
-    Returns:
-        The name, lower-cased.
-
-    Raises:
-        ArgumentTypeError: ``backend`` is not a string.
-        ArgumentError: an unknown name or a malformed device list.
-
-    Example:
-        >>> backend_name("MPI", "init_process_group")
-        'mpi'
-    """
-    if backend is None:
-        return default
-    if not isinstance(backend, str):
-        raise ArgumentTypeError(
-            f"{fn}: backend is {backend!r}; expected a str such as 'gloo' or 'mpi', or None"
-        )
-    name = backend.strip().lower()
-    names = _names(name)
-    if names is None:
-        raise ArgumentError(
-            f"{fn}: backend is {backend!r}; expected one of {Backend.backend_list[1:]} or a device list "
-            "such as 'cpu:gloo,cuda:nccl' (every one of them runs on MPI)"
-        )
-    if any(n != Backend.MPI for n in names) and not _Warned.once:
-        _Warned.once = True
-        if _job_rank() == 0:  # once per job: the same line from every rank is noise
-            warnings.warn(
-                f"{fn}: backend {backend!r} is served by MPI (mpicomm's only transport); get_backend() "
-                f"answers {name!r} as torch would",
-                BackendWarning,
-                stacklevel=4,  # backend_name <- check_backend <- init_process_group/new_group <- the caller
-            )
-    return name
-
-
-def _job_rank() -> int:
-    """This process's rank in the job: MPI's if started, else the launcher's (0 when launched by none)."""
-    if _groups.is_initialized():
-        return _groups.get_rank()
-    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
-        text = os.environ.get(var, "").strip()
-        if text.isdigit():
-            return int(text)
-    return 0
-
-
-def _names(name: str) -> list[str] | None:
-    """The backend names in a lower-cased ``name`` ("gloo" or "cpu:gloo,cuda:nccl"); None if malformed."""
-    names = [part.split(":", 1)[1] if ":" in part else part for part in name.split(",")]
-    if (":" not in name and "," in name) or not all(n in Backend.backend_list for n in names):
-        return None
-    return names
 
 
 def is_available() -> bool:
@@ -189,7 +115,7 @@ def is_backend_available(backend: str) -> bool:
         raise ArgumentTypeError(
             f"is_backend_available: backend is {backend!r}; expected a str such as 'gloo'"
         )
-    names = _names(backend.strip().lower())
+    names = names_in(backend.strip().lower())
     return names is not None and is_available()
 
 
@@ -263,6 +189,3 @@ class _ReduceOpAlias:
 
 #: torch's deprecated alias of :class:`~mpicomm.ReduceOp`.
 reduce_op = _ReduceOpAlias()
-
-# core's new_group checks backend names through this hook: core may not import the torch room
-_groups._Labels.check = backend_name

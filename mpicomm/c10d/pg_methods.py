@@ -21,8 +21,9 @@ from ..core.reduce_op import ReduceOp
 from ..core.work import Work, completed
 from ..dense.sync import barrier as _barrier
 from ..dense.sync import monitored_barrier as _monitored_barrier
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError
 from ..front import coalesced, collectives
+from . import options
 
 __all__ = [
     "allgather",
@@ -46,17 +47,10 @@ Timeout = datetime.timedelta | float | None
 
 
 def _op(op: Any, opts: Any, fn: str) -> ReduceOp:
-    """The reduction of ``op`` or ``opts.reduceOp``: ours, or torch's by its name (``ReduceOp.SUM``)."""
+    """The reduction of ``op`` or ``opts.reduceOp`` (:func:`mpicomm.c10d.options.reduction`)."""
     if opts is not None and hasattr(opts, "reduceOp"):
         op = opts.reduceOp
-    if isinstance(op, ReduceOp):
-        return op
-    op = getattr(op, "op", op)  # torch's ReduceOp object (what opts.reduceOp gives) holds a RedOpType
-    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
-    found = getattr(ReduceOp, str(name).upper(), None)
-    if not isinstance(found, ReduceOp):
-        raise ArgumentTypeError(f"ProcessGroup.{fn}: op is {op!r}; expected a ReduceOp")
-    return found
+    return options.reduction(op, f"ProcessGroup.{fn}")
 
 
 def _one(tensors: Any, fn: str, arg: str) -> Any:
@@ -126,12 +120,8 @@ def broadcast(
         >>> mpicomm.init().broadcast([x], 0).wait() and float(x[0]) == 0.0
         True
     """
-    if opts is not None and hasattr(opts, "rootRank"):
-        root = opts.rootRank
-    elif isinstance(opts, int):
-        root = opts
     tensor = _one(tensors, "broadcast", "tensors")
-    return _work(collectives.broadcast(tensor, None, self, True, group_src=root))
+    return _work(collectives.broadcast(tensor, None, self, True, group_src=options.root(opts, root)))
 
 
 def allgather(self: ProcessGroup, output_tensors: Any, input_tensors: Any, opts: Any = None) -> Work:
@@ -223,15 +213,6 @@ def alltoall_base(
     return _work(collectives.all_to_all_single(output, input, out_splits, in_splits, self, True))
 
 
-def _root(opts: Any, root: int) -> int:
-    """The group rank of the root: ``opts.rootRank`` (c10d's options), ``opts`` itself, or ``root``."""
-    if opts is not None and hasattr(opts, "rootRank"):
-        return int(opts.rootRank)
-    if isinstance(opts, int) and not isinstance(opts, bool):
-        return opts
-    return root
-
-
 def reduce(
     self: ProcessGroup, tensors: Any, opts: Any = None, op: Any = ReduceOp.SUM, *, root: int = 0
 ) -> Work:
@@ -255,7 +236,7 @@ def reduce(
     """
     tensor = _one(tensors, "reduce", "tensors")
     reduction = _op(op, opts, "reduce")
-    return _work(collectives.reduce(tensor, None, reduction, self, True, group_dst=_root(opts, root)))
+    return _work(collectives.reduce(tensor, None, reduction, self, True, group_dst=options.root(opts, root)))
 
 
 def gather(
@@ -286,7 +267,9 @@ def gather(
         outputs = _one(output_tensors, "gather", "output_tensors") if output_tensors else []
     tensor = _one(input_tensors, "gather", "input_tensors")
     gather_list = list(outputs) if outputs else None
-    return _work(collectives.gather(tensor, gather_list, None, self, True, group_dst=_root(opts, root)))
+    return _work(
+        collectives.gather(tensor, gather_list, None, self, True, group_dst=options.root(opts, root))
+    )
 
 
 def scatter(
@@ -318,7 +301,9 @@ def scatter(
     if isinstance(output_tensors, (list, tuple)):
         inputs = _one(input_tensors, "scatter", "input_tensors") if input_tensors else []
     scatter_list = list(inputs) if inputs else None
-    return _work(collectives.scatter(output, scatter_list, None, self, True, group_src=_root(opts, root)))
+    return _work(
+        collectives.scatter(output, scatter_list, None, self, True, group_src=options.root(opts, root))
+    )
 
 
 def allreduce_coalesced(self: ProcessGroup, tensors: Any, opts: Any = None) -> Work:
@@ -411,8 +396,7 @@ def barrier(self: ProcessGroup, opts: Any = None, *, timeout: Timeout = None) ->
         >>> mpicomm.init().barrier().wait()
         True
     """
-    if opts is not None and getattr(opts, "timeout", None) is not None:
-        timeout = opts.timeout
+    timeout = options.barrier_timeout(opts, timeout)
     if timeout is not None:
         _barrier(self, False, None, timeout)
         return completed()

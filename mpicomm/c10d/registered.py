@@ -15,12 +15,12 @@ barrier's own ``timeout`` option, when set, bounds that barrier.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from ..core import groups
 from ..core.groups import ProcessGroup as Group
 from ..core.reduce_op import ReduceOp
 from ..core.work import Work, completed
@@ -28,23 +28,17 @@ from ..dense.sync import barrier as _barrier
 from ..errors import ArgumentError
 from ..front import coalesced, collectives
 from ..trace.profiled import label_methods
+from . import options
 from .work import Done, Pending
 
 # the front door's all_reduce, bound once: a module attribute read less on the 8-byte path
 _all_reduce = collectives.all_reduce
 
-__all__ = ["MpicommProcessGroup"]
+__all__ = ["DEVICES", "MpicommProcessGroup"]
 
 _RED: Any = dist.ReduceOp.RedOpType  # its members are missing from torch's type stubs
-#: torch's reductions by their enum; PREMUL_SUM is built with its factor.
-_OPS: dict[Any, ReduceOp] = {
-    getattr(_RED, n): getattr(ReduceOp, n)
-    for n in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
-}
 _SUM = _RED.SUM
 _SUM_OP = ReduceOp.SUM
-_PREMUL = _RED.PREMUL_SUM
-_ZERO = datetime.timedelta(0)
 
 
 def _reduction(opts: Any) -> ReduceOp:
@@ -54,12 +48,13 @@ def _reduction(opts: Any) -> ReduceOp:
 
 
 def _decoded(rop: Any) -> ReduceOp:
-    """The mpicomm reduction for a torch ``ReduceOp`` other than SUM (its enum read, ~0.6 us)."""
-    kind = rop.op
-    if kind == _PREMUL:
-        factor = rop.factor
-        return ReduceOp.PREMUL_SUM(factor.item() if isinstance(factor, torch.Tensor) else factor)
-    return _OPS[kind]
+    """The mpicomm reduction for a torch ``ReduceOp`` other than SUM (the adapters' one translation)."""
+    return options.reduction(rop, "ProcessGroup")
+
+
+#: The devices of every group of this backend: the host always, CUDA where this torch has it
+#: (CPU-only torch must not be told cuda: torch then puts buffers there and fails).
+DEVICES = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
 
 
 def _single(tensors: list[Any], fn: str) -> Any:
@@ -69,11 +64,6 @@ def _single(tensors: list[Any], fn: str) -> Any:
             f"ProcessGroup.{fn}: tensors has {len(tensors)} entries; expected 1 (one per process)"
         )
     return tensors[0]
-
-
-def _root(opts: Any) -> int:
-    """The root group rank of a rooted call: ``opts.rootRank`` (0 without options)."""
-    return 0 if opts is None else opts.rootRank
 
 
 def _root_list(tensors: list[list[Any]], fn: str) -> list[Any] | None:
@@ -142,12 +132,40 @@ class MpicommProcessGroup(dist.ProcessGroup):
         return self._desc
 
     @property
+    def _device_types(self) -> list[torch.device]:  # type: ignore[override]
+        """The devices torch may send to this group: cpu, and cuda where torch has CUDA.
+
+        torch fills this list when a C++ backend is registered on a group for a device, which a group
+        written in Python never gets; DCP's ``async_save``, ``_get_pg_default_device``, object
+        collectives' device choice and full-state-dict loading with ``broadcast_from_rank0`` read it.
+        """
+        return DEVICES
+
+    @property
     def mpicomm_group(self) -> Group:
         """The mpicomm group underneath (to call mpicomm directly on the same ranks)."""
         return self._g
 
     def __repr__(self) -> str:
         return f"<MpicommProcessGroup {self._name or '?'}: {self._g!r}>"
+
+    # -- lifetime
+
+    def shutdown(self) -> None:
+        """Torch's ``destroy_process_group``: a subgroup's communicators are freed; the group refuses calls.
+
+        torch drops its references and calls this on each group it destroys. A subgroup torch made is
+        mpicomm's own to free (``MPI_Comm_free``: MPI holds a few thousand communicators at most); the
+        default group runs on mpicomm's world group, which lives on for mpicomm's own calls and the next
+        ``init_process_group``, so only this handle is retired. Either way, a later call on this group
+        raises :class:`~mpicomm.errors.GroupError`.
+        """
+        g = self._g
+        if not g.is_member and g.size() == -2:
+            return  # destroyed already (torch's world destroy shuts every group down, its own too)
+        if g is groups._State.world:
+            g = self._g = Group(None, list(g.ranks), g.name, g.backend)  # a stand-in, destroyed below
+        groups.destroy_process_group(g)
 
     # -- reductions
 
@@ -192,7 +210,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
         """``dist.reduce``: onto group rank ``opts.rootRank``."""
         t = _single(tensors, "reduce")
         op = ReduceOp.SUM if opts is None else _reduction(opts)
-        root = _root(opts)
+        root = options.root(opts)
         collectives.reduce(t, None, op, self._g, False, group_dst=root)
         return Done(tensors)
 
@@ -237,7 +255,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Done:  # type: ignore[override]
         """``dist.broadcast`` from group rank ``opts.rootRank``."""
         t = _single(tensors, "broadcast")
-        root = _root(opts)
+        root = options.root(opts)
         collectives.broadcast(t, None, self._g, False, group_src=root)
         return Done(tensors) if opts is None else self._work(opts, tensors)
 
@@ -291,7 +309,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
     ) -> Done:
         """``dist.gather`` onto group rank ``opts.rootRank`` (``output_tensors`` is ``[]`` elsewhere)."""
         t = _single(input_tensors, "gather")
-        root = _root(opts)
+        root = options.root(opts)
         outs = _root_list(output_tensors, "gather")
         collectives.gather(t, outs, None, self._g, False, group_dst=root)
         return Done(output_tensors)
@@ -301,7 +319,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
     ) -> Done:
         """``dist.scatter`` from group rank ``opts.rootRank`` (``input_tensors`` is ``[]`` elsewhere)."""
         out = _single(output_tensors, "scatter")
-        root = _root(opts)
+        root = options.root(opts)
         ins = _root_list(input_tensors, "scatter")
         collectives.scatter(out, ins, None, self._g, False, group_src=root)
         return Done(output_tensors)
@@ -331,8 +349,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> Done:  # type: ignore[override]
         """``dist.barrier``; ``opts.timeout``, when set, bounds it (the group's timeout otherwise)."""
-        timeout = None if opts is None else opts.timeout
-        _barrier(self._g, False, None, timeout if timeout is not None and timeout > _ZERO else None)
+        _barrier(self._g, False, None, options.barrier_timeout(opts))
         return Done([])
 
     # -- point to point: non-blocking, so that two ranks may both send first

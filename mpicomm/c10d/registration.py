@@ -1,8 +1,9 @@
 """``backend="mpicomm"`` in torch.distributed: the registered creator and the rendezvous over MPI.
 
-:func:`register` (run by ``import mpicomm.torch``) registers the backend ``"mpicomm"`` for ``cpu`` and
-``cuda`` with torch's extended creator API, and teaches torch's ``env://`` rendezvous to ask MPI when
-the launcher (``mpiexec``, ``mpirun``, ``srun``) set no ``MASTER_ADDR``/``MASTER_PORT``. Then
+:func:`register` (run by ``import mpicomm.torch``) registers the backend ``"mpicomm"`` for ``cpu`` (and
+``cuda`` where torch has CUDA) with torch's extended creator API, and teaches torch's ``env://``
+rendezvous to ask MPI when the launcher (``mpiexec``, ``mpirun``, ``srun``) set no
+``MASTER_ADDR``/``MASTER_PORT``. Then
 
     dist.init_process_group("mpicomm")
 
@@ -30,12 +31,15 @@ from urllib.parse import urlparse
 import numpy as np
 import torch.distributed as dist
 from torch._C._distributed_c10d import TCPStore
+from torch.distributed import constants as _constants
 
 from .. import _mpi
 from ..core import groups
 from ..dense.sync import barrier
 from ..errors import ArgumentError
-from .registered import MpicommProcessGroup
+from . import compiled, options, torch_objects
+from .launch import check_launch
+from .registered import DEVICES, MpicommProcessGroup
 
 __all__ = ["NAME", "process_group", "register"]
 
@@ -65,13 +69,22 @@ def register() -> None:
     # which mpicomm refuses below MPI_THREAD_MULTIPLE: ask for it where mpicomm starts MPI.
     _mpi.need("multiple", "the torch backend (torch calls it from its own threads)")
     if NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+        # the devices this torch has: told "cuda" on a CPU-only torch, torch puts buffers there
+        # (ShardedTensor's gather asks the backend's device map for its non-cpu device)
+        devices = [d.type for d in DEVICES]
+        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=devices)
+    # a group started without a backend name (init_device_mesh("cpu", ...) with no default group calls
+    # init_process_group() bare) takes the default backend of the machine's device: mpicomm for cpu.
+    # CUDA keeps its own default (nccl), which the user chose by installing a CUDA torch.
+    dist.Backend.default_device_backend_map["cpu"] = NAME
     handlers = _rdzv._rendezvous_handlers
     if _State.torch_env is None:
         _State.torch_env = handlers["env"]
         handlers["env"] = _env_or_mpi  # torch's register_rendezvous_handler refuses a second "env"
     if "mpicomm" not in handlers:
         handlers["mpicomm"] = _mpi_rendezvous
+    torch_objects.install()
+    compiled.install()
 
 
 def process_group(group: groups.ProcessGroup, name: str = "") -> MpicommProcessGroup:
@@ -96,17 +109,21 @@ def process_group(group: groups.ProcessGroup, name: str = "") -> MpicommProcessG
 
 def _create(opts: Any, backend_options: Any) -> MpicommProcessGroup:
     """Torch's creator (extended API): the group of ``opts.global_ranks_in_group`` (empty: the world)."""
-    _refuse_mixed_devices()
+    helper = _helper_locals()
+    _refuse_mixed_devices(helper)
     w = groups.world(_FN)
     ranks = list(opts.global_ranks_in_group)
-    timeout = opts.timeout
+    # torch passes its own default (30 minutes) when the user gave none: the group then takes
+    # mpicomm's default (MPICOMM_TIMEOUT), as a group made by mpicomm without a timeout does
+    timeout = None if _torch_default_timeout(helper, opts.timeout) else options.seconds(opts.timeout, _FN)
     if not ranks:
         if opts.group_size != w.size() or opts.group_rank != w.rank():
+            check_launch(w.rank(), w.size(), _FN)  # torchrun's rank and size, not the user's arguments
             raise ArgumentError(
                 f"{_FN}: rank {opts.group_rank} of world_size {opts.group_size} given; expected rank "
                 f"{w.rank()} of {w.size()} (what MPI launched); leave rank and world_size out under mpiexec"
             )
-        w.timeout = groups.timeout_seconds(timeout, _FN)
+        w.timeout = timeout
         group = w
     else:
         group = groups.new_group(
@@ -120,16 +137,33 @@ def _create(opts: Any, backend_options: Any) -> MpicommProcessGroup:
     return MpicommProcessGroup(group, str(opts.group_id))
 
 
-def _refuse_mixed_devices() -> None:
+def _helper_locals() -> dict[str, Any]:
+    """The locals of torch's ``_new_process_group_helper`` frame, the creator's caller ({} if not found).
+
+    It alone keeps what the creator's options lose: the backend string of every device and whether
+    the timeout is torch's default object or one the user passed.
+    """
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "_new_process_group_helper":
+        frame = frame.f_back  # type: ignore[assignment]
+    return {} if frame is None else dict(frame.f_locals)
+
+
+def _torch_default_timeout(helper: dict[str, Any], given: datetime.timedelta) -> bool:
+    """Whether torch filled the timeout in itself (its default object, not one the user made)."""
+    defaults = (_constants.default_pg_timeout, _constants.default_pg_nccl_timeout)
+    if "timeout" in helper:
+        return any(helper["timeout"] is d for d in defaults)
+    return given == _constants.default_pg_timeout  # torch moved its helper: tell by value
+
+
+def _refuse_mixed_devices(helper: dict[str, Any]) -> None:
     """Raise for a backend string that gives some device another backend (``"cpu:mpicomm,cuda:nccl"``).
 
     torch uses a Python-written group for every device and would drop the other backend silently;
     the string is read from torch's ``_new_process_group_helper`` frame, the only place it is kept.
     """
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_name != "_new_process_group_helper":
-        frame = frame.f_back  # type: ignore[assignment]
-    config = None if frame is None else frame.f_locals.get("backend_config")
+    config = helper.get("backend_config")
     if config is None:
         return
     devices = {str(d): str(b) for d, b in config.get_device_backend_map().items()}
@@ -158,6 +192,7 @@ def _mpi_rendezvous(
     """Rank and size from MPI (a given one is checked), and rank 0's TCPStore, its port sent over MPI."""
     w = groups.world(_FN)
     rank, size = w.rank(), w.size()
+    check_launch(rank, size, _FN)
     query = dict(p.split("=", 1) for p in urlparse(url).query.split("&") if "=" in p)
     for key, actual in (("rank", rank), ("world_size", size)):
         given = int(query.get(key, "-1"))
@@ -165,7 +200,7 @@ def _mpi_rendezvous(
             raise ArgumentError(
                 f"{_FN}: {key} is {given}; expected {actual} (what MPI launched) or nothing under mpiexec"
             )
-    store = _tcp_store(w, timeout)
+    store = _tcp_store(w, options.clamped(timeout))
     yield store, rank, size
     raise RuntimeError(f"{_FN}: the MPI rendezvous cannot run again (re-rendezvous)")
 

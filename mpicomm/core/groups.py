@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import datetime
 import warnings
-from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from .. import _mpi
 from ..errors import ArgumentError, ArgumentTypeError, BackendArgumentError, GroupError
 from . import cmpi, failure, validation, watchdog
+from .labels import backend_name
 from .late import LateMethods
 
 __all__ = [
@@ -404,32 +405,13 @@ def register(
 def check_backend(backend: object, fn: str, default: str = "mpi") -> str:
     """The lower-case name a group keeps for torch's ``backend`` argument (``default`` for None).
 
-    Every name runs on MPI. The names are torch's, so the torch room checks them: importing
-    :mod:`mpicomm` installs :func:`mpicomm.c10d.backend_names.backend_name` here (core may not import
-    it); until then a name is only lower-cased.
+    Every name runs on MPI (:func:`mpicomm.core.labels.backend_name` checks it).
 
     Raises:
         ArgumentTypeError: not a string.
         ArgumentError: an unknown name.
     """
-    return _Labels.check(backend, fn, default)
-
-
-def _lower(backend: object, fn: str, default: str) -> str:
-    """``backend`` lower-cased (``default`` for None): the check before the torch room installs its own."""
-    if backend is None:
-        return default
-    if not isinstance(backend, str):
-        raise ArgumentTypeError(
-            f"{fn}: backend is {backend!r}; expected a str such as 'gloo' or 'mpi', or None"
-        )
-    return backend.strip().lower()
-
-
-class _Labels:
-    """How a ``backend`` argument becomes a group's name; the torch room sets ``check`` at import."""
-
-    check: ClassVar[Callable[[object, str, str], str]] = _lower
+    return backend_name(backend, fn, default)
 
 
 def timeout_seconds(timeout: object, fn: str) -> float | None:

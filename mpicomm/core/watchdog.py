@@ -413,6 +413,8 @@ def _caller_site(name: str) -> str:
                     outer = frame
                 frame = frame.f_back
             caller = outer.f_back if outer is not None else None
+            while caller is not None and _is_library(caller):
+                caller = caller.f_back  # the program's line, not torch's wrapper or mpicomm's adapter
             if outer is None or caller is None:
                 continue
             site = f"; called at {caller.f_code.co_filename}:{caller.f_lineno}"
@@ -449,6 +451,17 @@ def _is_own(frame: FrameType) -> bool:
         own = isinstance(name, str) and name.startswith(_CALL_MODULES) and name != __name__
         _Dog.own[code] = own
     return own
+
+
+#: Packages whose frames the caller's line skips: a torch call reaches mpicomm through torch's own
+#: wrappers and mpicomm's torch adapter (mpicomm.c10d), none of them the line the user wrote.
+_LIBRARIES = ("mpicomm", "torch")
+
+
+def _is_library(frame: FrameType) -> bool:
+    """Whether ``frame`` runs code of mpicomm or torch."""
+    name = frame.f_globals.get("__name__", "")
+    return isinstance(name, str) and name.split(".", 1)[0] in _LIBRARIES
 
 
 def message(call: _Call, waited: float) -> str:

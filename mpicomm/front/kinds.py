@@ -296,7 +296,7 @@ def _bfloat16(fn: str, arg: str) -> np.dtype[Any]:
     except ImportError as exc:
         raise ArgumentTypeError(
             f"{fn}: {arg} is a bfloat16 tensor; numpy needs ml_dtypes to hold bfloat16 "
-            "(pip install ml_dtypes, or mpicomm[torch])"
+            "(pip install ml_dtypes)"
         ) from exc
     dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
     return dtype

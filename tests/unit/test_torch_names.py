@@ -8,8 +8,8 @@ import warnings
 import pytest
 
 import mpicomm
-from mpicomm.c10d import backend_names as backend_module
 from mpicomm.c10d.backend_names import backend_name
+from mpicomm.core import labels  # the name check (and its warn-once flag) lives in core
 
 
 def test_backend_parses_any_case_to_the_lower_case_name():
@@ -44,7 +44,7 @@ def test_backend_name_refuses_unknown_names(given):
 
 
 def test_a_name_other_than_mpi_warns_once_per_process(monkeypatch):
-    monkeypatch.setattr(backend_module._Warned, "once", False)
+    monkeypatch.setattr(labels._Warned, "once", False)
     with pytest.warns(mpicomm.BackendWarning, match="backend 'gloo' is served by MPI"):
         backend_name("gloo", "init_process_group")
     with warnings.catch_warnings():
