@@ -93,12 +93,14 @@ class _ThreadState:
     Python 3.11 specialises attribute reads on instances with slots, not on classes.
     """
 
-    __slots__ = ("level", "owner", "rank")
+    __slots__ = ("engine", "level", "owner", "pending", "rank")
 
     def __init__(self) -> None:
         self.owner: int | None = None  # None: any thread (MPI_THREAD_MULTIPLE, or before init)
         self.level = "multiple"
         self.rank = 0
+        self.engine: int | None = None  # the communication thread's ident (mpicomm.core.engine)
+        self.pending = 0  # calls queued for it and not finished: while any is, it alone enters MPI
 
 
 _Threads = _ThreadState()
@@ -120,9 +122,18 @@ def serial() -> int:
         DistError: a call from another thread below ``MPI_THREAD_MULTIPLE``.
     """
     owner = _Threads.owner
-    if owner is not None and _get_ident() != owner:
+    if owner is not None and _get_ident() != owner and _get_ident() != _Threads.engine:
         _other_thread()
+    if _Threads.pending and _get_ident() != _Threads.engine:
+        _drain()  # a call outside the engine's gate: after the queued calls, in program order
     return _count()
+
+
+def _drain(timeout: Any = None, fn: str = "mpicomm") -> None:
+    """Wait for the engine's queue to empty (:func:`mpicomm.core.engine.drain`)."""
+    from .engine import drain  # the engine imports this module
+
+    drain(timeout, fn)
 
 
 def _other_thread() -> None:

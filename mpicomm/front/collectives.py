@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.engine import drain, gate
+from ..core.watchdog import _Threads
 from ..dense import alltoall, batch, gathers, p2p, reductions
 from ..gpu import direct, pipeline
 from ..jagged import exchange
@@ -41,48 +43,60 @@ __all__ = [
 
 all_reduce = front_door(
     "all_reduce", {"tensor": BOTH}, pipelined=pipeline.all_reduce, sparse=sparse.all_reduce_sparse
-)(reductions.all_reduce)
+)(gate("all_reduce")(reductions.all_reduce))
 broadcast = front_door("broadcast", {"tensor": BOTH}, direct=direct.broadcast, pipelined=pipeline.broadcast)(
-    reductions.broadcast
+    gate("broadcast")(reductions.broadcast)
 )
-reduce = front_door("reduce", {"tensor": BOTH}, pipelined=pipeline.reduce)(reductions.reduce)
+reduce = front_door("reduce", {"tensor": BOTH}, pipelined=pipeline.reduce)(gate("reduce")(reductions.reduce))
 reduce_scatter = front_door("reduce_scatter", {"output": WRITE, "input_list": READ})(
-    reductions.reduce_scatter
+    gate("reduce_scatter")(reductions.reduce_scatter)
 )
 reduce_scatter_tensor = front_door("reduce_scatter_tensor", {"output": WRITE, "input": READ})(
-    reductions.reduce_scatter_tensor
+    gate("reduce_scatter_tensor")(reductions.reduce_scatter_tensor)
 )
 reduce_scatter_single = reduce_scatter_tensor
-all_gather = front_door("all_gather", {"tensor_list": WRITE, "tensor": READ})(gathers.all_gather)
+all_gather = front_door("all_gather", {"tensor_list": WRITE, "tensor": READ})(
+    gate("all_gather")(gathers.all_gather)
+)
 all_gather_into_tensor = front_door(
     "all_gather_into_tensor",
     {"output_tensor": WRITE, "input_tensor": READ},
     direct=direct.all_gather_into_tensor,
-)(gathers.all_gather_into_tensor)
+)(gate("all_gather_into_tensor")(gathers.all_gather_into_tensor))
 all_gather_single = all_gather_into_tensor
 # gather writes gather_list on the root only: BOTH keeps every other rank's arrays as they were.
-gather = front_door("gather", {"tensor": READ, "gather_list": BOTH})(gathers.gather)
-scatter = front_door("scatter", {"tensor": WRITE, "scatter_list": READ})(gathers.scatter)
+gather = front_door("gather", {"tensor": READ, "gather_list": BOTH})(gate("gather")(gathers.gather))
+scatter = front_door("scatter", {"tensor": WRITE, "scatter_list": READ})(gate("scatter")(gathers.scatter))
 all_to_all = front_door("all_to_all", {"output_tensor_list": WRITE, "input_tensor_list": READ})(
-    alltoall.all_to_all
+    gate("all_to_all")(alltoall.all_to_all)
 )
 all_to_all_single = front_door(
     "all_to_all_single",
     {"output": WRITE, "input": READ},
     direct=direct.all_to_all_single,
     pipelined=pipeline.all_to_all_single,
-)(alltoall.all_to_all_single)
-send = front_door("send", {"tensor": READ}, direct=direct.send, validated=False)(p2p.send)
-recv = front_door("recv", {"tensor": WRITE}, direct=direct.recv, validated=False)(p2p.recv)
-isend = front_door("isend", {"tensor": READ}, validated=False)(p2p.isend)
-irecv = front_door("irecv", {"tensor": WRITE}, validated=False)(p2p.irecv)
-sendrecv = front_door("sendrecv", {"tensor": READ, "recv_tensor": WRITE}, validated=False)(p2p.sendrecv)
+)(gate("all_to_all_single")(alltoall.all_to_all_single))
+send = front_door("send", {"tensor": READ}, direct=direct.send, validated=False)(
+    gate("send", p2p=True, validated=False)(p2p.send)
+)
+recv = front_door("recv", {"tensor": WRITE}, direct=direct.recv, validated=False)(
+    gate("recv", p2p=True, validated=False)(p2p.recv)
+)
+isend = front_door("isend", {"tensor": READ}, validated=False)(
+    gate("isend", p2p=True, posts=True, validated=False)(p2p.isend)
+)
+irecv = front_door("irecv", {"tensor": WRITE}, validated=False)(
+    gate("irecv", p2p=True, posts=True, validated=False)(p2p.irecv)
+)
+sendrecv = front_door("sendrecv", {"tensor": READ, "recv_tensor": WRITE}, validated=False)(
+    gate("sendrecv", p2p=True, validated=False)(p2p.sendrecv)
+)
 jagged_all_to_all = front_door(
     "jagged_all_to_all",
     {"values": READ, "lengths": READ},
     direct=jagged.jagged_all_to_all_direct,
     returns="values",
-)(exchange.jagged_all_to_all)
+)(gate("jagged_all_to_all", queued=False)(exchange.jagged_all_to_all))
 
 
 def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:
@@ -117,6 +131,8 @@ def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:
         ...     assert got[0] == (r - 1) % w
     """
     fn = "batch_isend_irecv"
+    if _Threads.pending:
+        drain(None, fn)  # posted on this thread, after the calls queued before it
     if isinstance(p2p_op_list, (list, tuple)) and any(
         isinstance(p, batch.P2POp) and kinds.kind_of(p.tensor) not in (kinds.NUMPY, kinds.OTHER)
         for p in p2p_op_list

@@ -38,7 +38,9 @@ from typing import Any
 import numpy as np
 
 from ..core import chunks
+from ..core.engine import drain
 from ..core.groups import resolve, root_rank
+from ..core.watchdog import _Threads
 from ..core.work import Work, completed
 from ..dense import batch, p2p
 from ..errors import ArgumentTypeError
@@ -128,6 +130,8 @@ def on_device(
     """
     arguments = bound.arguments
     largest = _check_sides(fn, arguments, roles)
+    if _Threads.pending:  # the direct and pipelined paths enter MPI here: after the queued calls
+        drain(None, fn)
     if largest <= chunks.Setting.least:
         pipelined = None  # one chunk: the pipeline would decline (core.chunks)
     try:
