@@ -28,6 +28,7 @@ import contextlib
 import datetime
 import functools
 import inspect
+import os
 import queue
 import threading
 import time
@@ -54,6 +55,8 @@ class _Queue:
     thread: threading.Thread | None = None
     p2p = 0  # point-to-point calls queued and not yet run (their own lane waits for them)
     stopping = False
+    #: ``MPICOMM_ENGINE=0``: no engine; ``async_op=True`` runs the call at once, its Work complete.
+    enabled = os.environ.get("MPICOMM_ENGINE", "1").strip() != "0"
 
 
 _Q = _Queue
@@ -89,6 +92,7 @@ class EngineWork(Work):
     __slots__ = (
         "_args",
         "_callbacks",
+        "_final",
         "_given",
         "_inner",
         "_kw",
@@ -97,11 +101,13 @@ class EngineWork(Work):
         "_posted",
         "_ran",
         "_raw",
+        "_read_args",
         "_spec",
     )
     __qualname__ = "Work"  # messages that name an argument's type say Work, as for any other Work
 
     def __init__(self, spec: Spec, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        self._read_args = False
         super().__init__([], fn=spec.fn)
         self._spec, self._args, self._kw = spec, args, kw
         self._lock = threading.Lock()
@@ -115,19 +121,32 @@ class EngineWork(Work):
         # What the Work's result will be made of: the arguments, as the front door maps them from
         # its views to the caller's arrays (it sets _result on the Work it returns, pending or not).
         self._given: list[Any] = [*args, *kw.values()]
+        self._final: list[Any] | None = None
+        self._read_args = False
 
     # -- the result: the host's, its views replaced by what the front door put in their places
 
     @property  # type: ignore[override]
     def _result(self) -> list[Any]:
-        if not self._ran or self._inner is None:
+        # The front door reads the result of the Work it returns and writes it back mapped (its views
+        # replaced by the caller's arrays). Before the call has run that is the arguments, whose
+        # mapped copy then translates the host's result; after, the host's result itself.
+        if self._final is not None:
+            return self._final
+        if not self._ran:
+            self._read_args = True
+            return self._given
+        if self._inner is None:
             return []
         result: list[Any] = _replaced(self._inner._result, [*self._args, *self._kw.values()], self._given)
         return result
 
     @_result.setter
     def _result(self, value: list[Any]) -> None:
-        self._given = value
+        if self._read_args:
+            self._given, self._read_args = value, False
+        else:
+            self._final = value
 
     # -- torch's Work
 
@@ -448,6 +467,8 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
         return spec.host(*args, **kw)
     if spec.p2p and _T.owner is None and not _Q.p2p:
         return spec.host(*args, **kw)  # MPI_THREAD_MULTIPLE: point-to-point beside the queued collectives
+    if not _Q.enabled:
+        return spec.host(*args, **kw)
     if not spec.queued or (async_op is not True and async_op is not False):
         drain(None, spec.fn)  # (a non-bool async_op: the host refuses it by name)
         return spec.host(*args, **kw)
