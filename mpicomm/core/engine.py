@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import CommunicationError
-from . import calls, validation, watchdog
+from . import calls, chunks, validation, watchdog
 from .work import Work
 
 __all__ = ["EngineWork", "drain", "gate", "pending", "submit"]
@@ -91,6 +91,7 @@ class EngineWork(Work):
 
     __slots__ = (
         "_args",
+        "_asked",
         "_callbacks",
         "_final",
         "_given",
@@ -109,6 +110,10 @@ class EngineWork(Work):
     def __init__(self, spec: Spec, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
         self._read_args = False
         super().__init__([], fn=spec.fn)
+        # a device call's pipeline may have asked the chunk question for this call already (a mark
+        # kept per thread, mpicomm.core.chunks): it travels with the call to the engine's thread
+        self._asked = chunks._ASKED.answered
+        chunks._ASKED.answered = False
         self._spec, self._args, self._kw = spec, args, kw
         self._lock = threading.Lock()
         self._lock.acquire()  # released by the engine once the call has run
@@ -306,6 +311,7 @@ def _run(work: EngineWork) -> None:
     token = (watchdog._count(), spec.site, _group_of(work), None)
     watchdog._live.append(token)  # the watchdog times the call where it runs
     before = validation._Flag.exchanges
+    chunks._ASKED.answered = work._asked
     try:
         out = spec.host(*work._args, **work._kw)
         work._out = out
@@ -320,6 +326,7 @@ def _run(work: EngineWork) -> None:
         work._raw = work._error = exc
     finally:
         watchdog._live.remove(token)
+        chunks._ASKED.answered = False
     with _Q.cond:
         work._ran = True
         callbacks, work._callbacks = work._callbacks, []
