@@ -418,7 +418,7 @@ def _caller_site(name: str) -> str:
         for ident, top in sys._current_frames().items():
             outer: FrameType | None = None
             frame: FrameType | None = top
-            while frame is not None and ident != me:
+            while frame is not None and ident != me and ident != _Threads.engine:  # the program's line
                 if _is_own(frame):
                     outer = frame
                 frame = frame.f_back
