@@ -161,8 +161,8 @@ class MpicommProcessGroup(dist.ProcessGroup):
             return self._allreduce_other(tensors, opts)
         rop = opts.reduceOp
         if opts.asyncOp:  # DDP's buckets: on mpicomm's communication thread, overlapping backward
-            work = _all_reduce(tensors[0], _SUM_OP if rop == _SUM else _decoded(rop), self._g, True)
-            return Running(completed() if work is None else work, tensors)
+            queued = _all_reduce(tensors[0], _SUM_OP if rop == _SUM else _decoded(rop), self._g, True)
+            return Running(completed() if queued is None else queued, tensors)
         _all_reduce(tensors[0], _SUM_OP if rop == _SUM else _decoded(rop), self._g, False)
         work = self._blocking
         work._outputs = tensors

@@ -168,7 +168,7 @@ class Running(_TorchWork):
         if error is None:
             self._future.set_result(self._outputs)
         else:
-            self._future.set_exception(error)
+            self._future.set_exception(error)  # type: ignore[arg-type]  # the stubs say list[Any]
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         """Wait for the call (a positive timeout bounds the wait) and return True."""

@@ -76,7 +76,8 @@ def _slowest(ctl: MPI.Intracomm, value: float) -> float:
 def _post_row(ctl: MPI.Intracomm, e: Env) -> dict[str, float]:
     """Rank 0's time for an async all_reduce to return while the others are :data:`LATE` s late."""
     x = np.ones(2)
-    posts, blocking = [], []
+    posts: list[float] = []
+    blocking: list[float] = []
     for _ in range(REPEATS):
         for asynchronous in (True, False):
             ctl.Barrier()
