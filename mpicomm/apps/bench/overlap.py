@@ -70,7 +70,9 @@ def _busy(seconds: float, work: np.ndarray) -> None:
 def _slowest(ctl: MPI.Intracomm, value: float) -> float:
     from mpi4py import MPI
 
-    return float(ctl.allreduce(value, op=MPI.MAX))
+    buf = np.array([value])
+    ctl.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+    return float(buf[0])
 
 
 def _post_row(ctl: MPI.Intracomm, e: Env) -> dict[str, float]:
