@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..core import chunks, cmpi, fast, validation
+from ..core import chunks, cmpi, engine, fast, validation
 from ..core.arrays import Array
 from ..core.buffers import (
     _DATATYPES,
@@ -37,6 +37,7 @@ from ..core.chunks import Setting as _Chunks
 from ..core.groups import ProcessGroup, _State, resolve, root_rank, warn_non_member
 from ..core.reduce_op import ReduceOp, average, is_half, premultiply
 from ..core.statuses import waitall
+from ..core.watchdog import _Threads
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError
 from . import small
@@ -58,6 +59,7 @@ _Flag = validation._Flag
 _ND = np.ndarray
 _WORLD = fast.WORLD
 _datatype_of = _DATATYPES.get  # bound once: a call of it costs less than a method lookup and call
+_T = _Threads  # the engine's count of queued calls (mpicomm.core.engine), read by the inline gates
 
 
 def _post_average(op: ReduceOp, x: np.ndarray, size: int) -> Callable[[], None] | None:
@@ -104,6 +106,8 @@ def all_reduce(
         >>> bool((x == mpicomm.get_world_size()).all())
         True
     """
+    if (async_op is not False or _T.pending) and engine.wanted():  # the engine's gate, inline
+        return engine.through(_ALL_REDUCE, (tensor, op, group, async_op), {}, async_op)  # type: ignore[no-any-return]
     w = _WORLD
     g: ProcessGroup
     if group is None and _State.world is w[0]:  # the world, its parts kept (fast.WORLD)
@@ -302,6 +306,8 @@ def broadcast(
     """
     # the common call: its checks inline, the buffer's in cmpi (a function call costs 50 ns here);
     # async_op never changes the MPI call (ranks may differ in it): a Work asked for is complete
+    if (async_op is not False or _T.pending) and engine.wanted():  # the engine's gate, inline
+        return engine.through(_BROADCAST, (tensor, src, group, async_op, group_src), {}, async_op)  # type: ignore[no-any-return]
     w = _WORLD
     if group is None and group_src is None and type(tensor) is _ND and _State.world is w[0] and not _Flag.on:
         dt = _datatype_of(tensor.dtype)
@@ -549,3 +555,8 @@ def reduce_scatter_tensor(
 
 
 reduce_scatter_single = reduce_scatter_tensor
+
+
+#: all_reduce and broadcast as the engine runs them (their gates are inline: mpicomm.core.engine.wanted).
+_ALL_REDUCE = engine.Spec("all_reduce", all_reduce, p2p=False, posts=False, validated=True, queued=True)
+_BROADCAST = engine.Spec("broadcast", broadcast, p2p=False, posts=False, validated=True, queued=True)

@@ -41,11 +41,13 @@ __all__ = [
     "sendrecv",
 ]
 
+# all_reduce, broadcast and sendrecv test the engine's gate inline (mpicomm.core.engine.wanted): the
+# 8-byte budgets have no room for the wrapper's frame; every other host is wrapped in the gate here.
 all_reduce = front_door(
     "all_reduce", {"tensor": BOTH}, pipelined=pipeline.all_reduce, sparse=sparse.all_reduce_sparse
-)(gate("all_reduce")(reductions.all_reduce))
+)(reductions.all_reduce)
 broadcast = front_door("broadcast", {"tensor": BOTH}, direct=direct.broadcast, pipelined=pipeline.broadcast)(
-    gate("broadcast")(reductions.broadcast)
+    reductions.broadcast
 )
 reduce = front_door("reduce", {"tensor": BOTH}, pipelined=pipeline.reduce)(gate("reduce")(reductions.reduce))
 reduce_scatter = front_door("reduce_scatter", {"output": WRITE, "input_list": READ})(
@@ -88,9 +90,7 @@ isend = front_door("isend", {"tensor": READ}, validated=False)(
 irecv = front_door("irecv", {"tensor": WRITE}, validated=False)(
     gate("irecv", p2p=True, posts=True, validated=False)(p2p.irecv)
 )
-sendrecv = front_door("sendrecv", {"tensor": READ, "recv_tensor": WRITE}, validated=False)(
-    gate("sendrecv", p2p=True, validated=False)(p2p.sendrecv)
-)
+sendrecv = front_door("sendrecv", {"tensor": READ, "recv_tensor": WRITE}, validated=False)(p2p.sendrecv)
 jagged_all_to_all = front_door(
     "jagged_all_to_all",
     {"values": READ, "lengths": READ},

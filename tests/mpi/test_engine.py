@@ -211,3 +211,22 @@ def test_the_engine_thread_is_a_daemon_and_named(world):
     mpicomm.all_reduce(np.ones(1), async_op=True).wait()
     thread = engine._Q.thread
     assert thread is not None and thread.daemon and thread.name == "mpicomm-engine"
+
+
+@pytest.mark.mpi(min_size=1)
+def test_sendrecv_and_broadcast_behind_a_queued_collective(world, rng):
+    """The inline gates (all_reduce, broadcast, sendrecv) queue behind a pending call, in order."""
+    w, r = world.size(), world.rank()
+    xs = _inputs(rng, w, 4)
+    x = xs[r].copy()
+    work = mpicomm.all_reduce(x, async_op=True)
+    got = np.zeros(4)
+    src = mpicomm.sendrecv(np.full(4, float(r)), got, dst=(r + 1) % w, src=(r - 1) % w)
+    assert src == (r - 1) % w
+    np.testing.assert_array_equal(got, np.full(4, float((r - 1) % w)))
+    b = np.full(2, float(r))
+    bw = mpicomm.broadcast(b, src=w - 1, async_op=True)
+    mpicomm.broadcast(x, src=0)  # blocking, after the all_reduce: every rank gets the sum
+    assert work.wait() and bw.wait()
+    np.testing.assert_array_equal(x, xs.sum(0))
+    np.testing.assert_array_equal(b, np.full(2, float(w - 1)))
