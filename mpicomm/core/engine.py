@@ -403,6 +403,7 @@ def _stop() -> None:
 
 
 atexit.register(_stop)
+watchdog._drainer = drain  # calls outside the gate wait for the queue (watchdog.serial)
 
 
 # -- the gate below the front door

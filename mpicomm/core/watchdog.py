@@ -130,10 +130,14 @@ def serial() -> int:
 
 
 def _drain(timeout: Any = None, fn: str = "mpicomm") -> None:
-    """Wait for the engine's queue to empty (:func:`mpicomm.core.engine.drain`)."""
-    from .engine import drain  # the engine imports this module
+    """Wait for the engine's queue to empty (:func:`mpicomm.core.engine.drain`, set as :data:`_drainer`)."""
+    if _drainer is not None:
+        _drainer(timeout, fn)
 
-    drain(timeout, fn)
+
+#: :func:`mpicomm.core.engine.drain`, set when the engine is imported (it imports this module: the
+#: arrow points from the engine to the watchdog, never back). Nothing is queued before it is set.
+_drainer: Callable[[Any, str], None] | None = None
 
 
 def _other_thread() -> None:
