@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from ..errors import ArgumentTypeError, CommunicationError
 from . import calls, chunks, validation, watchdog
+from .groups import _State, resolve
 from .work import Work
 
 __all__ = ["EngineWork", "Spec", "drain", "gate", "pending", "submit", "through", "wanted"]
@@ -482,6 +483,8 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
     if not spec.queued:
         drain(None, spec.fn)
         return spec.host(*args, **kw)
+    if _State.world is None:  # MPI starts on the first call, on the caller's thread (it owns MPI then)
+        resolve(None, spec.fn)
     work = EngineWork(spec, args, kw)
     work._posted = bool(async_op)
     submit(work)

@@ -66,3 +66,20 @@ def test_an_uncaught_exception_with_a_call_queued_ends_the_job(tmp_path: Path) -
     assert "rank 0 fails with a call queued" in out, out
     assert "slept to the end" not in out, out
     assert seconds < 30, f"took {seconds:.1f} s"
+
+
+FIRST = """
+    import numpy as np
+    import mpicomm
+
+    x = np.ones(2)
+    mpicomm.all_reduce(x, async_op=True).wait()  # the first call of the program: MPI starts here
+    mpicomm.all_reduce(x)  # the program's thread owns MPI, not the engine's
+    print(f"rank {mpicomm.get_rank()} sum {x[0]:g}", flush=True)
+"""
+
+
+def test_a_first_call_made_async_starts_mpi_on_the_programs_thread(tmp_path: Path) -> None:
+    status, out, _ = run_job(tmp_path, FIRST, 2, {})
+    assert status == 0, out
+    assert "rank 0 sum 4" in out and "rank 1 sum 4" in out, out
