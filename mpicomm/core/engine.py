@@ -9,10 +9,10 @@ order they were posted, over all groups. mpi4py and mpicomm's C module release t
 so the caller's Python and numpy code runs meanwhile.
 
 Below ``MPI_THREAD_MULTIPLE`` only one thread may be inside MPI at a time, and the engine is what
-guarantees it: while anything is queued (:data:`_Q` ``.pending``, kept in the watchdog's thread
-state so that :func:`mpicomm.core.watchdog.serial` sees it too), every call from the caller's
+guarantees it: while anything is queued (``_T.pending``, kept in the watchdog's thread
+state so that ``mpicomm.core.watchdog.serial`` sees it too), every call from the caller's
 threads goes through the queue, and a blocking one waits for its turn; calls that do not pass the
-gate (:func:`gate`) wait at :func:`~mpicomm.core.watchdog.serial` for the queue to empty. When
+gate (``gate``) wait at ``mpicomm.core.watchdog.serial`` for the queue to empty. When
 nothing is queued a blocking call takes its usual fast path, after one attribute test.
 
 At ``MPI_THREAD_MULTIPLE`` point-to-point calls take their own lane: they run on the caller's
@@ -417,7 +417,7 @@ def gate(
 
     The wrapper is generated with the host's own parameters (the front door and ``inspect.signature``
     see them): a blocking call with nothing queued goes straight to the host after one test of
-    ``async_op`` and one of the queue's count; every other call goes to the engine (:func:`_through`).
+    ``async_op`` and one of the queue's count; every other call goes to the engine (``_through``).
 
     Args:
         fn: The public name.
@@ -502,7 +502,7 @@ through = _through
 
 
 def wanted(p2p: bool = False) -> bool:
-    """Whether a host that tests the gate itself should hand its call to :func:`through`.
+    """Whether a host that tests the gate itself should hand its call to ``through``.
 
     all_reduce, broadcast and sendrecv make the gate's test inline (``async_op is not False or
     _T.pending``: two reads, where a wrapper's frame costs 40-60 ns, a tenth of an 8-byte call); this
