@@ -88,8 +88,9 @@ def all_reduce(
             copied back), the same shape and dtype on every rank.
         op: The reduction (see :class:`~mpicomm.ReduceOp`).
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.
@@ -123,7 +124,8 @@ def all_reduce(
     # _all_reduce_checked. cmpi checks the layout and serves a blocking call; mpi4py refuses a
     # read-only buffer before calling MPI; the front door has checked that async_op is a bool.
     # async_op never changes the MPI call (ranks may differ in it, as in torch): a Work asked for
-    # is one already complete. The pairs are numbers' (at most chunks.WIDEST bytes an element), so
+    # runs this same code on the engine's thread (the gate above), where it is one already
+    # complete. The pairs are numbers' (at most chunks.WIDEST bytes an element), so
     # size <= few proves a small array unchunked without computing nbytes.
     try:
         dt, mop = op._ops[tensor.dtype]
@@ -202,8 +204,9 @@ def reduce(
         dst: World rank of the destination (default: group rank 0).
         op: The reduction.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
         group_dst: The destination as a rank of ``group`` (instead of ``dst``).
 
     Returns:
@@ -285,8 +288,9 @@ def broadcast(
         tensor: Data on the source, output elsewhere; same shape and dtype on every rank.
         src: World rank of the source (default: group rank 0).
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
         group_src: The source as a rank of ``group`` (instead of ``src``).
 
     Returns:
@@ -485,8 +489,9 @@ def reduce_scatter_tensor(
         input: W times the size of ``output``; not modified.
         op: The reduction.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.
