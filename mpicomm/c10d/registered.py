@@ -29,7 +29,7 @@ from ..errors import ArgumentError
 from ..front import coalesced, collectives
 from ..trace.profiled import label_methods
 from . import options
-from .work import Done, Pending
+from .work import Done, Pending, Running
 
 # the front door's all_reduce, bound once: a module attribute read less on the 8-byte path
 _all_reduce = collectives.all_reduce
@@ -169,7 +169,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
 
     # -- reductions
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Done:  # type: ignore[override]
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Done | Running:  # type: ignore[override]
         """``dist.all_reduce``: one tensor reduced in place (``opts.reduceOp``, PREMUL_SUM's factor, AVG).
 
         The 8-byte path is the front door's call and little else: one read of each option (a pybind
@@ -179,9 +179,10 @@ class MpicommProcessGroup(dist.ProcessGroup):
         if opts is None or len(tensors) != 1:
             return self._allreduce_other(tensors, opts)
         rop = opts.reduceOp
+        if opts.asyncOp:  # DDP's buckets: on mpicomm's communication thread, overlapping backward
+            queued = _all_reduce(tensors[0], _SUM_OP if rop == _SUM else _decoded(rop), self._g, True)
+            return Running(completed() if queued is None else queued, tensors)
         _all_reduce(tensors[0], _SUM_OP if rop == _SUM else _decoded(rop), self._g, False)
-        if opts.asyncOp:
-            return Done(tensors)
         work = self._blocking
         work._outputs = tensors
         return work

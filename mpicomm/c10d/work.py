@@ -18,7 +18,7 @@ from torch._C._distributed_c10d import Work as _TorchWork
 
 from ..core.work import Work
 
-__all__ = ["Done", "Pending"]
+__all__ = ["Done", "Pending", "Running"]
 
 _ZERO = datetime.timedelta(0)
 
@@ -130,5 +130,75 @@ class Pending(_TorchWork):
         """The group rank the receive came from (any-source receives)."""
         world_rank = self._work.source_rank()
         return self._ranks.index(world_rank) if world_rank in self._ranks else world_rank
+
+    _source_rank = source_rank
+
+
+class Running(_TorchWork):
+    """A collective queued on mpicomm's communication thread: its future completes when the call has run.
+
+    The engine completes the future on its own thread (DDP's bucket callbacks then run there, as on
+    gloo's threads), so torch's C++ side, which waits on futures, never needs ``wait`` to be called.
+
+    Args:
+        work: mpicomm's Work of the queued call (:class:`mpicomm.core.engine.EngineWork`).
+        outputs: The tensors the future answers.
+
+    Example:
+        >>> import torch, mpicomm
+        >>> t = torch.ones(2)
+        >>> w = Running(mpicomm.all_reduce(t, async_op=True), [t])
+        >>> w.wait() and float(w.get_future().wait()[0][0]) == mpicomm.get_world_size()
+        True
+    """
+
+    def __init__(self, work: Work, outputs: list[Any]) -> None:
+        super().__init__()
+        self._work = work
+        self._outputs = outputs
+        self._future: torch.futures.Future[list[Any]] = torch.futures.Future()
+        then = getattr(work, "then_on_engine", None)
+        if then is not None:
+            then(self._settle)
+        else:  # a Work complete on return (MPICOMM_ENGINE=0, or a rank outside the group)
+            self._settle(work)
+
+    def _settle(self, work: Work) -> None:
+        error = work.exception()
+        if error is None:
+            self._future.set_result(self._outputs)
+        else:
+            self._future.set_exception(error)  # type: ignore[arg-type]  # the stubs say list[Any]
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        """Wait for the call (a positive timeout bounds the wait) and return True."""
+        if timeout is not None and timeout <= _ZERO:
+            timeout = None
+        return self._work.wait(timeout)
+
+    def is_completed(self) -> bool:
+        """Whether the call has run."""
+        return self._work.is_completed()
+
+    def is_success(self) -> bool:
+        """Whether the call ran without an error."""
+        return self._work.is_success()
+
+    def exception(self) -> BaseException | None:
+        """The call's error, if it failed."""
+        return self._work.exception()
+
+    def result(self) -> list[Any]:
+        """The tensors, once the call has run."""
+        self._work.wait()
+        return self._outputs
+
+    def get_future(self) -> torch.futures.Future[list[Any]]:
+        """The future torch's C++ side waits on (completed by the communication thread)."""
+        return self._future
+
+    def source_rank(self) -> int:
+        """-1: a collective has no source."""
+        return -1
 
     _source_rank = source_rank

@@ -93,12 +93,14 @@ class _ThreadState:
     Python 3.11 specialises attribute reads on instances with slots, not on classes.
     """
 
-    __slots__ = ("level", "owner", "rank")
+    __slots__ = ("engine", "level", "owner", "pending", "rank")
 
     def __init__(self) -> None:
         self.owner: int | None = None  # None: any thread (MPI_THREAD_MULTIPLE, or before init)
         self.level = "multiple"
         self.rank = 0
+        self.engine: int | None = None  # the communication thread's ident (mpicomm.core.engine)
+        self.pending = 0  # calls queued for it and not finished: while any is, it alone enters MPI
 
 
 _Threads = _ThreadState()
@@ -120,9 +122,22 @@ def serial() -> int:
         DistError: a call from another thread below ``MPI_THREAD_MULTIPLE``.
     """
     owner = _Threads.owner
-    if owner is not None and _get_ident() != owner:
+    if owner is not None and _get_ident() != owner and _get_ident() != _Threads.engine:
         _other_thread()
+    if _Threads.pending and _get_ident() != _Threads.engine:
+        _drain()  # a call outside the engine's gate: after the queued calls, in program order
     return _count()
+
+
+def _drain(timeout: Any = None, fn: str = "mpicomm") -> None:
+    """Wait for the engine's queue to empty (:func:`mpicomm.core.engine.drain`, set as :data:`_drainer`)."""
+    if _drainer is not None:
+        _drainer(timeout, fn)
+
+
+#: :func:`mpicomm.core.engine.drain`, set when the engine is imported (it imports this module: the
+#: arrow points from the engine to the watchdog, never back). Nothing is queued before it is set.
+_drainer: Callable[[Any, str], None] | None = None
 
 
 def _other_thread() -> None:
@@ -408,7 +423,7 @@ def _caller_site(name: str) -> str:
         for ident, top in sys._current_frames().items():
             outer: FrameType | None = None
             frame: FrameType | None = top
-            while frame is not None and ident != me:
+            while frame is not None and ident != me and ident != _Threads.engine:  # the program's line
                 if _is_own(frame):
                     outer = frame
                 frame = frame.f_back

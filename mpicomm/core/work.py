@@ -80,6 +80,8 @@ class Work:
                 (a RuntimeError, as torch's); the message names the call (``all_reduce: ...``).
         """
         if not self._done:
+            if watchdog._Threads.pending and timeout is not None:
+                watchdog._drain(timeout, self._name())  # calls queued before it run first, within timeout
             with watchdog.timing(watchdog.WAIT, None, timeout):
                 self._wait(timeout)
         if self._error is not None:
@@ -117,6 +119,9 @@ class Work:
     def is_completed(self) -> bool:
         """Whether the operation has finished (never blocks)."""
         if not self._done:
+            threads = watchdog._Threads
+            if threads.pending and threads.owner is not None and watchdog._get_ident() != threads.engine:
+                return False  # the engine may be inside MPI (serialized): known once its queue empties
             try:
                 if self._status is not None:
                     ready = self._requests[0].Test(self._status)
@@ -248,6 +253,8 @@ def wait_all(
             )
     pending = [w for w in works if w is not None and not w._done]
     if pending:
+        if watchdog._Threads.pending and timeout is not None:
+            watchdog._drain(timeout, "wait_all")
         with watchdog.timing(watchdog.WAIT, None, timeout):
             if timeout is not None:
                 _all_within(pending, timeout)

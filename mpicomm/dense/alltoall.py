@@ -141,8 +141,9 @@ def all_to_all_single(
         output_split_sizes: Rows to receive from each group rank.
         input_split_sizes: Rows to send to each group rank.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.

@@ -98,8 +98,9 @@ def all_reduce_coalesced(
         tensors: Arrays of one dtype (or one array), any shapes, the same list on every rank.
         op: The reduction (see :class:`~mpicomm.ReduceOp`).
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.
@@ -157,8 +158,9 @@ def all_gather_coalesced(
         output_tensors: ``W * k`` writeable arrays, entry ``r * k + i`` the size of input ``i``.
         input_tensor_list: ``k`` arrays of one dtype, the same sizes on every rank.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.

@@ -153,8 +153,9 @@ def all_gather_into_tensor(
         output_tensor: Writeable array of ``W * input_tensor.size`` elements, any layout.
         input_tensor: This rank's contribution; the same size on every rank.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.
@@ -290,8 +291,9 @@ def gather(
             empty) elsewhere.
         dst: World rank of the destination (default: group rank 0).
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
         group_dst: The destination as a rank of ``group``.
 
     Returns:

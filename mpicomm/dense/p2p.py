@@ -13,11 +13,12 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from .. import _mpi
-from ..core import cmpi, fast, validation
+from ..core import cmpi, engine, fast, validation
 from ..core.arrays import Array
 from ..core.buffers import _DATATYPES, check_array, check_disjoint, check_output, message, recv_message
 from ..core.fast import TAG_UB_MIN
 from ..core.groups import ProcessGroup, _State, resolve, warn_non_member
+from ..core.watchdog import _Threads
 from ..core.work import Work
 from ..errors import ArgumentError, ArgumentTypeError, BackendArgumentError
 
@@ -349,6 +350,9 @@ def sendrecv(
         >>> got == (-1 if left is None else left)
         True
     """
+    if _Threads.pending and engine.wanted(p2p=True):  # the engine's gate, inline: behind the queued calls
+        args = (tensor, recv_tensor, dst, src, group, tag, group_dst, group_src, sendtag, recvtag)
+        return engine.through(_SENDRECV, args, {}, False)  # type: ignore[no-any-return]
     w = _State.world
     if (  # the fast path (the halo step of every time step): peers, tags and arrays checked in C
         w is not None and group is None and group_dst is None and group_src is None and not _Flag.on
@@ -490,3 +494,7 @@ def _peer_rank(g: ProcessGroup, rank: object, group_rank: object, fn: str, arg: 
             f"(the group size){more}"
         )
     return peer
+
+
+#: sendrecv as the engine runs it (its gate is inline: mpicomm.core.engine.wanted).
+_SENDRECV = engine.Spec("sendrecv", sendrecv, p2p=True, posts=False, validated=False, queued=True)

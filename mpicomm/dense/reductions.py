@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..core import chunks, cmpi, fast, validation
+from ..core import chunks, cmpi, engine, fast, validation
 from ..core.arrays import Array
 from ..core.buffers import (
     _DATATYPES,
@@ -37,6 +37,7 @@ from ..core.chunks import Setting as _Chunks
 from ..core.groups import ProcessGroup, _State, resolve, root_rank, warn_non_member
 from ..core.reduce_op import ReduceOp, average, is_half, premultiply
 from ..core.statuses import waitall
+from ..core.watchdog import _Threads
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError
 from . import small
@@ -58,6 +59,7 @@ _Flag = validation._Flag
 _ND = np.ndarray
 _WORLD = fast.WORLD
 _datatype_of = _DATATYPES.get  # bound once: a call of it costs less than a method lookup and call
+_T = _Threads  # the engine's count of queued calls (mpicomm.core.engine), read by the inline gates
 
 
 def _post_average(op: ReduceOp, x: np.ndarray, size: int) -> Callable[[], None] | None:
@@ -86,8 +88,9 @@ def all_reduce(
             copied back), the same shape and dtype on every rank.
         op: The reduction (see :class:`~mpicomm.ReduceOp`).
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.
@@ -104,6 +107,8 @@ def all_reduce(
         >>> bool((x == mpicomm.get_world_size()).all())
         True
     """
+    if (async_op is not False or _T.pending) and engine.wanted():  # the engine's gate, inline
+        return engine.through(_ALL_REDUCE, (tensor, op, group, async_op), {}, async_op)  # type: ignore[no-any-return]
     w = _WORLD
     g: ProcessGroup
     if group is None and _State.world is w[0]:  # the world, its parts kept (fast.WORLD)
@@ -119,7 +124,8 @@ def all_reduce(
     # _all_reduce_checked. cmpi checks the layout and serves a blocking call; mpi4py refuses a
     # read-only buffer before calling MPI; the front door has checked that async_op is a bool.
     # async_op never changes the MPI call (ranks may differ in it, as in torch): a Work asked for
-    # is one already complete. The pairs are numbers' (at most chunks.WIDEST bytes an element), so
+    # runs this same code on the engine's thread (the gate above), where it is one already
+    # complete. The pairs are numbers' (at most chunks.WIDEST bytes an element), so
     # size <= few proves a small array unchunked without computing nbytes.
     try:
         dt, mop = op._ops[tensor.dtype]
@@ -198,8 +204,9 @@ def reduce(
         dst: World rank of the destination (default: group rank 0).
         op: The reduction.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
         group_dst: The destination as a rank of ``group`` (instead of ``dst``).
 
     Returns:
@@ -281,8 +288,9 @@ def broadcast(
         tensor: Data on the source, output elsewhere; same shape and dtype on every rank.
         src: World rank of the source (default: group rank 0).
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
         group_src: The source as a rank of ``group`` (instead of ``src``).
 
     Returns:
@@ -302,6 +310,8 @@ def broadcast(
     """
     # the common call: its checks inline, the buffer's in cmpi (a function call costs 50 ns here);
     # async_op never changes the MPI call (ranks may differ in it): a Work asked for is complete
+    if (async_op is not False or _T.pending) and engine.wanted():  # the engine's gate, inline
+        return engine.through(_BROADCAST, (tensor, src, group, async_op, group_src), {}, async_op)  # type: ignore[no-any-return]
     w = _WORLD
     if group is None and group_src is None and type(tensor) is _ND and _State.world is w[0] and not _Flag.on:
         dt = _datatype_of(tensor.dtype)
@@ -479,8 +489,9 @@ def reduce_scatter_tensor(
         input: W times the size of ``output``; not modified.
         op: The reduction.
         group: The process group; ``None`` for the world.
-        async_op: Return a Work, complete on return: the MPI call is the blocking one
-            either way, so ranks may differ in ``async_op`` (docs/sharp-bits).
+        async_op: Return a Work at once; the call runs on mpicomm's communication thread
+            (the same MPI call as a blocking one, so ranks may differ in ``async_op``;
+            docs/sharp-bits).
 
     Returns:
         A Work if ``async_op``, else None.
@@ -549,3 +560,8 @@ def reduce_scatter_tensor(
 
 
 reduce_scatter_single = reduce_scatter_tensor
+
+
+#: all_reduce and broadcast as the engine runs them (their gates are inline: mpicomm.core.engine.wanted).
+_ALL_REDUCE = engine.Spec("all_reduce", all_reduce, p2p=False, posts=False, validated=True, queued=True)
+_BROADCAST = engine.Spec("broadcast", broadcast, p2p=False, posts=False, validated=True, queued=True)

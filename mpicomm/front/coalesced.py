@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.engine import gate
 from ..core.future import Future
 from ..core.groups import ProcessGroup
 from ..core.reduce_op import ReduceOp
@@ -20,10 +21,12 @@ from .door import BOTH, READ, WRITE, front_door
 
 __all__ = ["all_gather_coalesced", "all_reduce_coalesced"]
 
-_all_reduce_coalesced = front_door("all_reduce_coalesced", {"tensors": BOTH})(coalesced.all_reduce_coalesced)
+_all_reduce_coalesced = front_door("all_reduce_coalesced", {"tensors": BOTH})(
+    gate("all_reduce_coalesced")(coalesced.all_reduce_coalesced)
+)
 _all_gather_coalesced = front_door(
     "all_gather_coalesced", {"output_tensors": WRITE, "input_tensor_list": READ}
-)(coalesced.all_gather_coalesced)
+)(gate("all_gather_coalesced")(coalesced.all_gather_coalesced))
 
 
 @timed(Site("all_reduce_coalesced"))

@@ -12,6 +12,8 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..core.engine import drain, gate
+from ..core.watchdog import _Threads
 from . import device, kinds
 from .door import BOTH, READ, WRITE, front_door
 
@@ -63,8 +65,17 @@ def _host(module: str, name: str) -> Any:
     return getattr(importlib.import_module(f"mpicomm.dense.{module}"), name)
 
 
+def _gated(module: str, name: str, **how: bool) -> Any:
+    """The host ``mpicomm.dense.<module>.<name>`` behind the engine's gate (:mod:`mpicomm.core.engine`)."""
+    return gate(name, **how)(_host(module, name))
+
+
 def _doors() -> dict[str, Callable[[], Any]]:
     """Each public call's door, made on first use.
+
+    all_reduce, broadcast and sendrecv test the engine's gate inline in their hosts
+    (:func:`mpicomm.core.engine.wanted`): the 8-byte budgets have no room for the gate's frame.
+    Every other host is wrapped in the gate here.
 
     Generating a door (its Python wrapper compiled, its C form built) costs about 0.5 ms on a quiet
     machine: a program's first call pays for its own door only (issue 44).
@@ -83,46 +94,50 @@ def _doors() -> dict[str, Callable[[], Any]]:
             pipelined=_later(_PIPELINE, "broadcast"),
         )(_host("reductions", "broadcast")),
         "reduce": lambda: front_door("reduce", {"tensor": BOTH}, pipelined=_later(_PIPELINE, "reduce"))(
-            _host("reductions", "reduce")
+            _gated("reductions", "reduce")
         ),
         "reduce_scatter": lambda: front_door("reduce_scatter", {"output": WRITE, "input_list": READ})(
-            _host("reductions", "reduce_scatter")
+            _gated("reductions", "reduce_scatter")
         ),
         "reduce_scatter_tensor": lambda: front_door(
             "reduce_scatter_tensor", {"output": WRITE, "input": READ}
-        )(_host("reductions", "reduce_scatter_tensor")),
+        )(_gated("reductions", "reduce_scatter_tensor")),
         "all_gather": lambda: front_door("all_gather", {"tensor_list": WRITE, "tensor": READ})(
-            _host("gathers", "all_gather")
+            _gated("gathers", "all_gather")
         ),
         "all_gather_into_tensor": lambda: front_door(
             "all_gather_into_tensor",
             {"output_tensor": WRITE, "input_tensor": READ},
             direct=_later(_DIRECT, "all_gather_into_tensor"),
-        )(_host("gathers", "all_gather_into_tensor")),
+        )(_gated("gathers", "all_gather_into_tensor")),
         # gather writes gather_list on the root only: BOTH keeps every other rank's arrays as they were.
         "gather": lambda: front_door("gather", {"tensor": READ, "gather_list": BOTH})(
-            _host("gathers", "gather")
+            _gated("gathers", "gather")
         ),
         "scatter": lambda: front_door("scatter", {"tensor": WRITE, "scatter_list": READ})(
-            _host("gathers", "scatter")
+            _gated("gathers", "scatter")
         ),
         "all_to_all": lambda: front_door(
             "all_to_all", {"output_tensor_list": WRITE, "input_tensor_list": READ}
-        )(_host("alltoall", "all_to_all")),
+        )(_gated("alltoall", "all_to_all")),
         "all_to_all_single": lambda: front_door(
             "all_to_all_single",
             {"output": WRITE, "input": READ},
             direct=_later(_DIRECT, "all_to_all_single"),
             pipelined=_later(_PIPELINE, "all_to_all_single"),
-        )(_host("alltoall", "all_to_all_single")),
+        )(_gated("alltoall", "all_to_all_single")),
         "send": lambda: front_door("send", {"tensor": READ}, direct=_later(_DIRECT, "send"), validated=False)(
-            _host("p2p", "send")
+            _gated("p2p", "send", p2p=True, validated=False)
         ),
         "recv": lambda: front_door(
             "recv", {"tensor": WRITE}, direct=_later(_DIRECT, "recv"), validated=False
-        )(_host("p2p", "recv")),
-        "isend": lambda: front_door("isend", {"tensor": READ}, validated=False)(_host("p2p", "isend")),
-        "irecv": lambda: front_door("irecv", {"tensor": WRITE}, validated=False)(_host("p2p", "irecv")),
+        )(_gated("p2p", "recv", p2p=True, validated=False)),
+        "isend": lambda: front_door("isend", {"tensor": READ}, validated=False)(
+            _gated("p2p", "isend", p2p=True, posts=True, validated=False)
+        ),
+        "irecv": lambda: front_door("irecv", {"tensor": WRITE}, validated=False)(
+            _gated("p2p", "irecv", p2p=True, posts=True, validated=False)
+        ),
         "sendrecv": lambda: front_door("sendrecv", {"tensor": READ, "recv_tensor": WRITE}, validated=False)(
             _host("p2p", "sendrecv")
         ),
@@ -199,6 +214,8 @@ def batch_isend_irecv(p2p_op_list: list[batch.P2POp]) -> list[Any]:
     from ..dense import batch
 
     fn = "batch_isend_irecv"
+    if _Threads.pending:
+        drain(None, fn)  # posted on this thread, after the calls queued before it
     if isinstance(p2p_op_list, (list, tuple)) and any(
         isinstance(p, batch.P2POp) and kinds.kind_of(p.tensor) not in (kinds.NUMPY, kinds.OTHER)
         for p in p2p_op_list

@@ -14,7 +14,11 @@ arrays on one side, device ones on the current device), then takes one path:
 
 Which path a call takes, and so which MPI calls it makes, does not depend on ``async_op``: the direct
 collectives and the pipeline run an asynchronous call as a blocking one and return a completed Work,
-so ranks may differ in ``async_op`` as they may in array kind (``mpicomm.core.chunks``).
+so ranks may differ in ``async_op`` as they may in array kind (``mpicomm.core.chunks``). With calls
+queued on mpicomm's communication thread (``mpicomm.core.engine``), the direct and pipelined paths
+wait for the queue, then run on the caller's thread (they do not overlap yet); a staged call
+downloads its inputs on the caller's stream, and its host part is queued like a host call (the
+upload follows in its Work's ``wait``), so stream order holds.
 
 The staged path copies only what the host code reads and writes on this rank: nothing on a rank
 outside the group; the root's array only down and the others' only up for ``broadcast``; every
@@ -38,7 +42,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core import chunks
+from ..core.engine import drain
 from ..core.groups import resolve, root_rank
+from ..core.watchdog import _Threads
 from ..core.work import Work, completed
 from ..errors import ArgumentTypeError
 from . import kinds
@@ -130,6 +136,8 @@ def on_device(
     """
     arguments = bound.arguments
     largest = _check_sides(fn, arguments, roles)
+    if _Threads.pending:  # the direct and pipelined paths enter MPI here: after the queued calls
+        drain(None, fn)
     if largest <= chunks.Setting.least:
         pipelined = None  # one chunk: the pipeline would decline (core.chunks)
     from ..gpu.cuda_aware import cuda_awareness

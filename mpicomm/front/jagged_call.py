@@ -7,6 +7,7 @@ numpy all_reduce (issue 44).
 
 from __future__ import annotations
 
+from ..core.engine import gate
 from ..jagged import exchange
 from . import jagged
 from .door import READ, front_door
@@ -18,4 +19,4 @@ jagged_all_to_all = front_door(
     {"values": READ, "lengths": READ},
     direct=jagged.jagged_all_to_all_direct,
     returns="values",
-)(exchange.jagged_all_to_all)
+)(gate("jagged_all_to_all", queued=False)(exchange.jagged_all_to_all))

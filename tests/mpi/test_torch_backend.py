@@ -85,7 +85,7 @@ def test_all_reduce_matches_gloo_bitwise_and_async_future(gloo: Any) -> None:
     work = dist.all_reduce(a, async_op=True)
     fut = work.get_future().then(lambda f: f.value()[0] * 2)
     dist.all_reduce(b, group=gloo)
-    assert work.is_completed() and work.wait()
+    assert work.wait() and work.is_completed()  # the call runs on mpicomm's communication thread
     if w <= 2:  # two addends: one order; from three ranks gloo's ring sums in another order
         assert torch.equal(a, b)
     torch.testing.assert_close(a, b)
@@ -299,8 +299,8 @@ def test_allreduce_reads_each_option_once_and_answers_the_right_work(gloo: Any, 
         t, opts = torch.tensor(g[r]), _CountingOptions(op, async_op)
         work = pg.allreduce([t], opts)
         assert opts.reads == {"reduceOp": 1, "asyncOp": 1}  # pybind reads cost 0.1-0.5 us each
+        assert work.wait() and work.get_future().value()[0] is t  # async: on the communication thread
         np.testing.assert_allclose(_np(t), ref, rtol=1e-6)
-        assert work.wait() and work.get_future().value()[0] is t
         works.append(work)
     # a blocking caller drops its Work: one per group serves them all; an async one keeps its own
     assert (works[0] is works[1]) is (not async_op)

@@ -64,6 +64,7 @@ from .harness import (
 )
 from .jagged import _jagged, jagged_realistic, realistic_lines
 from .objects import objects_lines, objects_report
+from .overlap import async_lines, async_report
 from .report import HEAD, WIDTHS, line, row, table, target, target_lines
 from .torch_backend import torch_backend, torch_backend_lines
 from .torch_cost import torch_cost, torch_cost_lines
@@ -156,6 +157,7 @@ REPORTS = {
     "gpu_cost": "a small staged call vs its copies and MPI call by hand (cupy, or the fake cupy)",
     "torch_cost": "what a torch CPU tensor adds to a 1 MiB call, caches warm and cold (rank 0, needs torch)",
     "torch_backend": "dist.all_reduce on backend mpicomm vs gloo vs mpicomm direct; DDP steps (needs torch)",
+    "async": "async_op=True: return time with a late peer; share of a 16 MiB call not hidden behind 2x sleep",
 }
 
 #: The reports run by default: all but the GPU one, which needs cupy and a GPU (and torch_cost without torch).
@@ -337,6 +339,8 @@ def report(
         print("\n" + torch_cost_lines(extra["torch_cost"]), flush=True)
     if "torch_backend" in extra:
         print("\n" + torch_backend_lines(extra["torch_backend"]), flush=True)
+    if "async" in extra:
+        print("\n" + async_lines(extra["async"]), flush=True)
     if args.json:
         settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
         doc = {
@@ -386,6 +390,7 @@ REPORT_RUNS: dict[str, Callable[[MPI.Intracomm, Env, argparse.Namespace], dict[s
     "gpu_cost": cost_report,
     "torch_cost": torch_cost,
     "torch_backend": torch_backend,
+    "async": async_report,
 }
 
 

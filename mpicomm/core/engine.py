@@ -1,0 +1,518 @@
+"""The communication engine: ``async_op=True`` returns at once and the call runs on mpicomm's own thread.
+
+MPICH moves a collective's data only while some thread of the process is inside MPI, so a
+non-blocking collective left alone makes no progress while the caller computes. gloo and NCCL
+overlap because the work runs elsewhere; so does mpicomm: one communication thread per process
+(started at the first asynchronous call) runs the posted calls, each the very host call a blocking
+caller makes (the same MPI calls, so ranks may differ in ``async_op``), one after another in the
+order they were posted, over all groups. mpi4py and mpicomm's C module release the GIL inside MPI,
+so the caller's Python and numpy code runs meanwhile.
+
+Below ``MPI_THREAD_MULTIPLE`` only one thread may be inside MPI at a time, and the engine is what
+guarantees it: while anything is queued (``_T.pending``, kept in the watchdog's thread
+state so that ``mpicomm.core.watchdog.serial`` sees it too), every call from the caller's
+threads goes through the queue, and a blocking one waits for its turn; calls that do not pass the
+gate (``gate``) wait at ``mpicomm.core.watchdog.serial`` for the queue to empty. When
+nothing is queued a blocking call takes its usual fast path, after one attribute test.
+
+At ``MPI_THREAD_MULTIPLE`` point-to-point calls take their own lane: they run on the caller's
+thread beside a queued collective (MPI matches them apart from collectives), unless an earlier
+point-to-point call is still queued (MPI's non-overtaking order). So a rank may post an
+asynchronous collective and then send what its peer needs before that collective, as on gloo.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import functools
+import inspect
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..errors import ArgumentTypeError, CommunicationError
+from . import calls, chunks, validation, watchdog
+from .groups import _State, resolve
+from .work import Work
+
+__all__ = ["EngineWork", "Spec", "drain", "gate", "pending", "submit", "through", "wanted"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_T = watchdog._Threads
+_get_ident = threading.get_ident
+
+
+class _Queue:
+    """The engine's queue, its thread and the condition :func:`drain` waits on."""
+
+    items: queue.SimpleQueue[EngineWork | None] = queue.SimpleQueue()
+    cond = threading.Condition(threading.Lock())
+    thread: threading.Thread | None = None
+    p2p = 0  # point-to-point calls queued and not yet run (their own lane waits for them)
+    stopping = False
+    #: ``MPICOMM_ENGINE=0``: no engine; ``async_op=True`` runs the call at once, its Work complete.
+    enabled = os.environ.get("MPICOMM_ENGINE", "1").strip() != "0"
+
+
+_Q = _Queue
+
+
+def pending() -> int:
+    """How many posted calls the engine has not finished (0: a call may enter MPI on its own thread)."""
+    return _T.pending
+
+
+class Spec:
+    """One gated public call: its host, its name and how the engine may run it."""
+
+    __slots__ = ("fn", "host", "p2p", "posts", "queued", "signature", "site", "validated")
+
+    def __init__(
+        self, fn: str, host: Callable[..., Any], p2p: bool, posts: bool, validated: bool, queued: bool
+    ) -> None:
+        self.fn, self.host, self.p2p, self.posts, self.validated = fn, host, p2p, posts, validated
+        self.queued = queued
+        self.signature = inspect.signature(host)
+        self.site = watchdog.Site(f"{fn} (run on mpicomm's communication thread)")
+
+
+class EngineWork(Work):
+    """The Work of a call the engine runs: complete once the engine has run it (and what it posted ended).
+
+    ``wait(timeout)`` raises a :class:`~mpicomm.CommunicationError` after about ``timeout`` seconds
+    while the call is still queued or inside MPI (the call stays queued: a later wait can complete
+    it). A call that posts non-blocking operations (``isend``, ``irecv``) is complete when they are.
+    """
+
+    __slots__ = (
+        "_args",
+        "_asked",
+        "_callbacks",
+        "_final",
+        "_given",
+        "_inner",
+        "_kw",
+        "_lock",
+        "_out",
+        "_posted",
+        "_ran",
+        "_raw",
+        "_read_args",
+        "_spec",
+    )
+    __qualname__ = "Work"  # messages that name an argument's type say Work, as for any other Work
+
+    def __init__(self, spec: Spec, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        self._read_args = False
+        super().__init__([], fn=spec.fn)
+        # a device call's pipeline may have asked the chunk question for this call already (a mark
+        # kept per thread, mpicomm.core.chunks): it travels with the call to the engine's thread
+        self._asked = chunks._ASKED.answered
+        chunks._ASKED.answered = False
+        self._spec, self._args, self._kw = spec, args, kw
+        self._lock = threading.Lock()
+        self._lock.acquire()  # released by the engine once the call has run
+        self._ran = False
+        self._posted = True
+        self._out: Any = None
+        self._raw: BaseException | None = None
+        self._inner: Work | None = None
+        self._callbacks: list[Callable[[EngineWork], None]] = []
+        # What the Work's result will be made of: the arguments, as the front door maps them from
+        # its views to the caller's arrays (it sets _result on the Work it returns, pending or not).
+        self._given: list[Any] = [*args, *kw.values()]
+        self._final: list[Any] | None = None
+        self._read_args = False
+
+    # -- the result: the host's, its views replaced by what the front door put in their places
+
+    @property  # type: ignore[override]
+    def _result(self) -> list[Any]:
+        # The front door reads the result of the Work it returns and writes it back mapped (its views
+        # replaced by the caller's arrays). Before the call has run that is the arguments, whose
+        # mapped copy then translates the host's result; after, the host's result itself.
+        if self._final is not None:
+            return self._final
+        if not self._ran:
+            self._read_args = True
+            return self._given
+        if self._inner is None:
+            return []
+        result: list[Any] = _replaced(self._inner._result, [*self._args, *self._kw.values()], self._given)
+        return result
+
+    @_result.setter
+    def _result(self, value: list[Any]) -> None:
+        if self._read_args:
+            self._given, self._read_args = value, False
+        else:
+            self._final = value
+
+    # -- torch's Work
+
+    def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
+        """Block until the call has run (and what it posted completed) and return True.
+
+        Raises:
+            CommunicationError: the call failed (its error), or ``timeout`` passed first.
+        """
+        if not self._done:
+            self._wait(timeout)
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def _wait(self, timeout: datetime.timedelta | float | None = None) -> None:
+        if not self._ran:
+            if _get_ident() == _T.engine:  # a callback of the engine's waits on a later call: run it
+                _run_until(self)
+            elif timeout is None:
+                self._lock.acquire()
+                self._lock.release()
+            else:
+                seconds = (
+                    timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+                )
+                if not self._lock.acquire(timeout=max(seconds, 0.0)):
+                    raise CommunicationError(
+                        f"{self._fn}: Work.wait: the operation did not complete within {seconds:g} s; "
+                        "expected every rank of its group to take part (Timed out; the call stays "
+                        "queued on mpicomm's communication thread, so its arrays stay in use and a "
+                        "later wait() can still complete it)"
+                    )
+                self._lock.release()
+        inner = self._inner
+        if inner is not None and not inner._done:
+            if _T.pending and _get_ident() != _T.engine and _T.owner is not None:
+                drain(timeout, self._fn)  # the engine may be inside MPI: wait for the queue to empty
+            inner.wait(timeout) if timeout is not None else inner._wait()
+        self._finished()
+
+    def is_completed(self) -> bool:
+        """Whether the call has run and what it posted has completed (never blocks)."""
+        if self._done:
+            return True
+        if not self._ran:
+            return False
+        inner = self._inner
+        if inner is not None and not inner._done:
+            if _T.pending and _T.owner is not None and _get_ident() != _T.engine:
+                return False  # only the engine may enter MPI now: known when the queue empties
+            if not inner.is_completed():
+                return False
+        self._finished()
+        return True
+
+    def exception(self) -> BaseException | None:
+        """The error the call ended with, or None (also None while it runs)."""
+        if self._ran and self._error is None and self._inner is not None and self._inner._done:
+            return self._inner._error
+        return self._error
+
+    def source_rank(self) -> int:
+        """The world rank a completed ``irecv`` received from."""
+        self.wait()
+        return self._inner.source_rank() if self._inner is not None else -1
+
+    _source_rank = source_rank
+
+    def then_on_engine(self, callback: Callable[[EngineWork], None]) -> None:
+        """Run ``callback(self)`` once the engine has run the call (at once if it has).
+
+        It runs on the engine's thread before the engine takes its next call (as gloo's callbacks
+        run on its threads), or on this thread if the call has already run.
+        """
+        with _Q.cond:
+            if not self._ran:
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+    def _finished(self) -> None:
+        if self._done:
+            return
+        if self._error is None and self._inner is not None and self._inner._error is not None:
+            self._error = self._inner._error
+        self._done = True
+        self._keep = None
+
+    def __repr__(self) -> str:
+        state = "completed" if self._done else "running" if self._ran else "queued"
+        return f"<mpicomm.Work {self._fn} {state}>"
+
+
+EngineWork.__name__ = "Work"
+
+
+def _replaced(value: Any, before: list[Any], after: list[Any]) -> Any:
+    """``value`` with each object of ``before`` (by identity, also inside lists) replaced by ``after``'s."""
+    swap: dict[int, Any] = {}
+
+    def pair(a: Any, b: Any) -> None:
+        swap[id(a)] = b
+        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+            for x, y in zip(a, b, strict=True):
+                pair(x, y)
+
+    if len(before) == len(after):
+        for a, b in zip(before, after, strict=True):
+            pair(a, b)
+
+    def put(v: Any) -> Any:
+        if isinstance(v, list):
+            return [put(x) for x in v]
+        return swap.get(id(v), v)
+
+    return put(value)
+
+
+# -- the queue and its thread
+
+
+def submit(work: EngineWork) -> None:
+    """Queue ``work`` for the engine (start the engine at the first call)."""
+    if _Q.thread is None or not _Q.thread.is_alive():
+        _start()
+    with _Q.cond:
+        _T.pending += 1
+        if work._spec.p2p:
+            _Q.p2p += 1
+    _Q.items.put(work)
+
+
+def _start() -> None:
+    if _Q.thread is not None and _Q.thread.is_alive():
+        return
+    _Q.stopping = False
+    started = threading.Event()
+    _Q.thread = threading.Thread(target=_loop, args=(started,), name="mpicomm-engine", daemon=True)
+    _Q.thread.start()
+    started.wait()
+
+
+def _loop(started: threading.Event) -> None:
+    _T.engine = _get_ident()
+    started.set()
+    while True:
+        work = _Q.items.get()
+        if work is None:
+            return
+        _run(work)
+
+
+def _run(work: EngineWork) -> None:
+    """Run one queued call: the host, as a blocking caller runs it; then its callbacks; then the next."""
+    spec = work._spec
+    token = (watchdog._count(), spec.site, _group_of(work), None)
+    watchdog._live.append(token)  # the watchdog times the call where it runs
+    before = validation._Flag.exchanges
+    chunks._ASKED.answered = work._asked
+    try:
+        out = spec.host(*work._args, **work._kw)
+        work._out = out
+        work._inner = out if isinstance(out, Work) else None
+    except Exception as exc:
+        work._raw = exc
+        if work._posted:  # a blocking caller raises it itself, through the front door
+            work._error = calls.failed(
+                spec.fn, exc, before, spec.validated, spec.signature, work._args, work._kw
+            )
+    except BaseException as exc:  # KeyboardInterrupt and the like: the Work reports it
+        work._raw = work._error = exc
+    finally:
+        watchdog._live.remove(token)
+        chunks._ASKED.answered = False
+    with _Q.cond:
+        work._ran = True
+        callbacks, work._callbacks = work._callbacks, []
+    for callback in callbacks:  # before the next call, and before a call outside the queue may run
+        with contextlib.suppress(Exception):  # a callback's failure is its future's: never the engine's
+            callback(work)
+    with _Q.cond:
+        _T.pending -= 1
+        if spec.p2p:
+            _Q.p2p -= 1
+        _Q.cond.notify_all()
+    work._lock.release()  # last: a caller waiting on it then finds the engine out of MPI
+
+
+def _run_until(work: EngineWork) -> None:
+    """On the engine's thread (a callback waits on a later call): run the queue up to ``work``."""
+    while not work._ran:
+        item = _Q.items.get()
+        if item is None:
+            _Q.items.put(None)
+            raise CommunicationError(f"{work._fn}: Work.wait: mpicomm's communication thread is stopping")
+        _run(item)
+
+
+def _group_of(work: EngineWork) -> Any:
+    group = work._kw.get("group")
+    if group is None:
+        try:
+            group = work._args[list(work._spec.signature.parameters).index("group")]
+        except (ValueError, IndexError):
+            return None
+    return group
+
+
+def drain(timeout: datetime.timedelta | float | None = None, fn: str = "mpicomm") -> None:
+    """Wait until the engine has run every queued call (a call outside the gate is about to enter MPI).
+
+    Args:
+        timeout: Raise after this long (a ``timedelta`` or seconds); None: wait as long as it takes
+            (the watchdog bounds each queued call).
+        fn: The call that waits, for the message.
+
+    Raises:
+        CommunicationError: ``timeout`` passed with calls still queued.
+    """
+    if _get_ident() == _T.engine:
+        return
+    seconds = None
+    if timeout is not None:
+        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    with _Q.cond:
+        while _T.pending:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise CommunicationError(
+                    f"{fn}: {_T.pending} call(s) posted with async_op=True did not complete within "
+                    f"{seconds:g} s; expected every rank of their groups to take part (Timed out)"
+                )
+            _Q.cond.wait(left)
+
+
+def _stop() -> None:
+    """At exit: let the engine finish what is queued (the watchdog bounds it), then end its thread.
+
+    MPI is finalised after Python's exit handlers: no call of the engine's may still be inside MPI then.
+    """
+    thread = _Q.thread
+    if thread is None or not thread.is_alive() or _Q.stopping:
+        return
+    _Q.stopping = True
+    _Q.items.put(None)
+    thread.join()
+
+
+atexit.register(_stop)
+watchdog._drainer = drain  # calls outside the gate wait for the queue (watchdog.serial)
+
+
+# -- the gate below the front door
+
+
+def gate(
+    fn: str, *, p2p: bool = False, posts: bool = False, validated: bool = True, queued: bool = True
+) -> Callable[[F], F]:
+    """Put the engine's gate in front of the host implementation of the public call ``fn``.
+
+    The wrapper is generated with the host's own parameters (the front door and ``inspect.signature``
+    see them): a blocking call with nothing queued goes straight to the host after one test of
+    ``async_op`` and one of the queue's count; every other call goes to the engine (``_through``).
+
+    Args:
+        fn: The public name.
+        p2p: A point-to-point call (its own lane at ``MPI_THREAD_MULTIPLE``).
+        posts: The host posts non-blocking operations and returns their Work (``isend``, ``irecv``):
+            it is never waited for on the engine.
+        validated: Whether the call takes part in validation mode's exchange.
+        queued: Whether the engine may run the call; False for a call whose results the engine
+            cannot hand back in the caller's kinds (one that allocates its outputs): it waits for
+            the queue to empty, then runs on the caller's thread (its Work complete on return).
+
+    Returns:
+        The decorator.
+    """
+
+    def wrap(host: F) -> F:
+        spec = Spec(fn, host, p2p, posts, validated, queued)
+        params = spec.signature.parameters
+        env: dict[str, Any] = {"_host": host, "_spec": spec, "_T": _T, "_through": _through}
+        heads: list[str] = []
+        positional: list[str] = []
+        keyword: list[str] = []
+        for name, p in params.items():
+            default = ""
+            if p.default is not p.empty:
+                env[f"_d_{name}"] = p.default
+                default = f"=_d_{name}"
+            if p.kind is p.KEYWORD_ONLY:
+                if "*" not in heads:
+                    heads.append("*")
+                keyword.append(name)
+            else:
+                positional.append(name)
+            heads.append(name + default)
+        passes = ", ".join([*positional, *(f"{k}={k}" for k in keyword)])
+        args = f"({', '.join(positional)}{',' if len(positional) == 1 else ''})"
+        kw = "{" + ", ".join(f"{k!r}: {k}" for k in keyword) + "}"
+        flag = "async_op" if "async_op" in params else ("True" if posts else "False")
+        test = "async_op is False and not _T.pending" if "async_op" in params else "not _T.pending"
+        lines = [
+            f"def {host.__name__}({', '.join(heads)}):",
+            f"    if {test}:",
+            f"        return _host({passes})",
+            f"    return _through(_spec, {args}, {kw}, {flag})",
+        ]
+        exec(compile("\n".join(lines) + "\n", f"<engine gate: {fn}>", "exec"), env)
+        return functools.update_wrapper(env[host.__name__], host)  # type: ignore[return-value]
+
+    return wrap
+
+
+def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: Any) -> Any:
+    """A call that does not take the fast path: queued (or on its own lane) and, if blocking, waited for."""
+    me = _get_ident()
+    if me == _T.engine:  # a callback on the engine's thread calls again: it runs at its place in order
+        return spec.host(*args, **kw)
+    if spec.p2p and _T.owner is None and not _Q.p2p:
+        return spec.host(*args, **kw)  # MPI_THREAD_MULTIPLE: point-to-point beside the queued collectives
+    if not _Q.enabled:
+        return spec.host(*args, **kw)
+    if async_op is not True and async_op is not False:  # the front door checks it first
+        raise ArgumentTypeError(f"{spec.fn}: async_op is {async_op!r}; expected True or False")
+    if not spec.queued:
+        drain(None, spec.fn)
+        return spec.host(*args, **kw)
+    if _State.world is None:  # MPI starts on the first call, on the caller's thread (it owns MPI then)
+        resolve(None, spec.fn)
+    work = EngineWork(spec, args, kw)
+    work._posted = bool(async_op)
+    submit(work)
+    if async_op:
+        return work
+    work._lock.acquire()  # the front door's token times the caller's wait; the engine's, the call
+    work._lock.release()
+    if work._raw is not None:
+        raise work._raw  # the front door makes it the error the call raises when it runs here
+    return work._out
+
+
+#: The gate's slow path, for a host that makes the gate's test itself (:func:`wanted`).
+through = _through
+
+
+def wanted(p2p: bool = False) -> bool:
+    """Whether a host that tests the gate itself should hand its call to ``through``.
+
+    all_reduce, broadcast and sendrecv make the gate's test inline (``async_op is not False or
+    _T.pending``: two reads, where a wrapper's frame costs 40-60 ns, a tenth of an 8-byte call); this
+    is the rest of it, off the fast path: not on the engine's own thread, the engine not off, and
+    for a point-to-point call (``p2p``) not its own lane (``MPI_THREAD_MULTIPLE``, none queued).
+
+    Example:
+        >>> wanted() in (True, False)
+        True
+    """
+    if p2p and _T.owner is None and not _Q.p2p:
+        return False  # the lane beside the queued collectives: the caller runs it here
+    return _Q.enabled and _get_ident() != _T.engine
