@@ -104,7 +104,7 @@ def kind_of(x: object) -> str:
     kind = _KINDS.get(cls)
     if kind is None:
         kind = _classify(cls)
-        if kind == OTHER:
+        if kind == OTHER and not issubclass(cls, np.generic):  # a numpy scalar stays no array
             kind = _exports_buffer(x)
             if kind is None:  # this object could not say (a closed mmap): ask the next one again
                 return OTHER
