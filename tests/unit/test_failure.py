@@ -25,7 +25,10 @@ MPIEXEC = BIN / "mpiexec"
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = REPO / "tests" / "mpi" / "conftest.py"
 
-pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")
+pytestmark = [
+    pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}"),
+    pytest.mark.process,
+]
 
 
 @dataclass
