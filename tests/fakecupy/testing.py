@@ -52,7 +52,8 @@ def staged_fake(fake: Any, monkeypatch: Any, aware: str = "0") -> Iterator[Any]:
 
     After the test the fake's streams are drained and every staging buffer must be back in the pool.
     The watchdog forgets the frames it last sampled and cycles are collected first: either would keep
-    a dropped Work, and so its buffers, alive past the test without any leak in mpicomm.
+    a dropped Work, and so its buffers, alive past the test without any leak in mpicomm. That
+    collection walks only what the test made: tests/conftest.py freezes the rest before each test.
     """
     import gc
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 REPO = Path(__file__).resolve().parents[2]
 

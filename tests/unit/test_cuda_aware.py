@@ -279,6 +279,7 @@ def test_an_unknown_driver_state_keeps_the_query_answer() -> None:
 CUDA_OMPI = Path(__file__).resolve().parents[3] / "shared" / "gpu" / "openmpi-4.1.4-cuda.tar.xz"
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not CUDA_OMPI.exists(), reason=f"{CUDA_OMPI} is not beside the checkout")
 @pytest.mark.skipif(cuda_aware.cuda_driver_loads(), reason="this machine has a CUDA driver")
 def test_the_shared_cuda_open_mpi_without_a_driver_says_staged(tmp_path: Path) -> None:

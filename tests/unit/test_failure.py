@@ -25,7 +25,10 @@ MPIEXEC = BIN / "mpiexec"
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = REPO / "tests" / "mpi" / "conftest.py"
 
-pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")
+pytestmark = [
+    pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}"),
+    pytest.mark.process,
+]
 
 
 @dataclass
@@ -413,15 +416,21 @@ DEADLOCK = """
 """
 
 
-def test_harness_deadlock_ends_the_job(tmp_path: Path) -> None:
-    job = harness(tmp_path, DEADLOCK, timeout_s=5)
+@pytest.fixture(scope="module")
+def deadlock(tmp_path_factory: pytest.TempPathFactory) -> Job:
+    """One deadlocked job under ``--timeout 5`` for the two tests that read it (5 s and more each)."""
+    return harness(tmp_path_factory.mktemp("deadlock"), DEADLOCK, timeout_s=5)
+
+
+def test_harness_deadlock_ends_the_job(deadlock: Job) -> None:
+    job = deadlock
     assert not job.timed_out, "a deadlock outlived --timeout 5\n" + job.describe()
     assert job.rc != 0 and job.seconds < 30, job.describe()
 
 
-def test_harness_deadlock_says_it_timed_out(tmp_path: Path) -> None:
+def test_harness_deadlock_says_it_timed_out(deadlock: Job) -> None:
     """The report of a deadlock names the timeout and the test, so the user knows what happened."""
-    job = harness(tmp_path, DEADLOCK, timeout_s=5)
+    job = deadlock
     assert not job.timed_out, job.describe()
     assert job.rc != 0
     assert "Timeout" in job.text, "nothing in the output says a test timed out\n" + job.describe()

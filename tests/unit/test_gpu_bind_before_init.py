@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 
 import fakecupy
+import pytest
+
+pytestmark = pytest.mark.process
 
 SCRIPT = """
 import json, sys

@@ -14,6 +14,7 @@ import mpicomm
 from mpicomm import errors
 
 
+@pytest.mark.process
 def test_import_does_not_load_mpi() -> None:
     got = python("""
         import json, sys
@@ -27,6 +28,7 @@ def test_import_does_not_load_mpi() -> None:
     assert got == {"mpi": False, "init": False, "validation": False, "hooked": False}
 
 
+@pytest.mark.process
 def test_import_loads_neither_torch_nor_cupy() -> None:
     got = python("""
         import json, sys
@@ -38,6 +40,7 @@ def test_import_loads_neither_torch_nor_cupy() -> None:
     assert got == {"torch": False, "cupy": False}
 
 
+@pytest.mark.process
 def test_importing_every_submodule_does_not_load_mpi() -> None:
     names = sorted(
         m.name for m in pkgutil.walk_packages(mpicomm.__path__, "mpicomm.") if not m.name.endswith("__main__")
@@ -56,6 +59,7 @@ def test_importing_every_submodule_does_not_load_mpi() -> None:
     assert got["init"] is False
 
 
+@pytest.mark.process
 def test_errors_module_alone() -> None:
     got = python("""
         import json, sys
@@ -66,6 +70,7 @@ def test_errors_module_alone() -> None:
     assert got == {"mpi": False, "value": True}
 
 
+@pytest.mark.process
 def test_validation_environment_is_read_at_init() -> None:
     code = """
         import json, mpicomm
@@ -78,6 +83,7 @@ def test_validation_environment_is_read_at_init() -> None:
     assert python(code) == {"before": False, "after": False}
 
 
+@pytest.mark.process
 def test_world_of_one_without_a_launcher() -> None:
     got = python("""
         import json, sys

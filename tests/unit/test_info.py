@@ -14,6 +14,8 @@ import pytest
 
 from mpicomm.gpu.cuda_aware import decide, gather_mpi_facts
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 GPU_LINES = ("CUDA-aware MPI", "GPU data path", "cupy", "CUDA devices", "staging chunk")
 

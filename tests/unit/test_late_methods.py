@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import mpicomm
 from mpicomm.core.late import LateMethods
 
@@ -21,6 +23,7 @@ def test_a_group_class_has_no_getattr_hook() -> None:
     assert issubclass(mpicomm.ProcessGroup, LateMethods)
 
 
+@pytest.mark.process
 def test_import_mpicomm_attaches_nothing_until_a_torch_method_is_read() -> None:
     code = (
         "import sys, mpicomm\n"

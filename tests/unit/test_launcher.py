@@ -57,6 +57,7 @@ def test_choose_launcher_rejects_an_unknown_launcher() -> None:
         choose_launcher(WHEEL, {"MPICOMM_LAUNCHER": "mpirun"})
 
 
+@pytest.mark.process
 def test_the_version_is_read_in_a_child_without_importing_mpi_here() -> None:
     code = (
         "import sys; from mpicomm.planner import job_launcher; _, c = job_launcher({'MPICOMM_PYTHON': "
@@ -101,6 +102,7 @@ TWO_BY_FOUR = JobShape(nodes=2, ntasks_per_node=4)
 JOB = {"SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4"}
 
 
+@pytest.mark.process
 def test_auto_runs_the_wheels_mpiexec_with_the_jobs_ranks(tmp_path: Path) -> None:
     done = _run_script(tmp_path, TWO_BY_FOUR, WHEEL, JOB)
     assert done.returncode == 0, done.stderr
@@ -109,6 +111,7 @@ def test_auto_runs_the_wheels_mpiexec_with_the_jobs_ranks(tmp_path: Path) -> Non
     assert "mpicomm: launcher mpiexec (auto: the MPI library is PyPI's MPICH wheel" in done.stderr
 
 
+@pytest.mark.process
 def test_auto_runs_srun_for_open_mpi(tmp_path: Path) -> None:
     done = _run_script(tmp_path, TWO_BY_FOUR, OPEN_MPI, JOB)
     assert done.returncode == 0, done.stderr
@@ -116,6 +119,7 @@ def test_auto_runs_srun_for_open_mpi(tmp_path: Path) -> None:
     assert "mpicomm: launcher srun (auto: the MPI library is not PyPI's MPICH wheel)" in done.stderr
 
 
+@pytest.mark.process
 def test_overrides_launcher_and_srun_plugin(tmp_path: Path) -> None:
     done = _run_script(tmp_path / "a", TWO_BY_FOUR, WHEEL, {**JOB, "MPICOMM_LAUNCHER": "srun"})
     assert (
@@ -127,6 +131,7 @@ def test_overrides_launcher_and_srun_plugin(tmp_path: Path) -> None:
     assert done.stdout.startswith("mpiexec -n 8 ") and "(MPICOMM_LAUNCHER=mpiexec)" in done.stderr
 
 
+@pytest.mark.process
 def test_cyclic_cpus_gpus_and_labels_under_mpiexec(tmp_path: Path) -> None:
     shape = JobShape(nodes=2, ntasks_per_node=2, cpus_per_task=3, gpus_per_node=2, distribution="cyclic")
     env = {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2", "SLURM_LABELIO": "1", "PYTHONUNBUFFERED": "1"}
@@ -137,18 +142,21 @@ def test_cyclic_cpus_gpus_and_labels_under_mpiexec(tmp_path: Path) -> None:
     assert done.stdout.rstrip().endswith("UNBUF="), "labels need line-buffered ranks"
 
 
+@pytest.mark.process
 def test_the_ranks_come_from_the_job_not_the_plan(tmp_path: Path) -> None:
     # submitted on 6 ranks, 3 per node: mpiexec starts 6, and the program's layout check says so
     done = _run_script(tmp_path, TWO_BY_FOUR, WHEEL, {"SLURM_NTASKS": "6", "SLURM_NTASKS_PER_NODE": "3"})
     assert done.stdout.startswith("mpiexec -n 6 ") and "HYDRA=--cpus-per-task=3 |" in done.stdout
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("launcher", ["auto", "srun"])
 def test_a_failing_launch_fails_the_script(tmp_path: Path, launcher: str) -> None:
     done = _run_script(tmp_path, TWO_BY_FOUR, WHEEL, {**JOB, "MPICOMM_LAUNCHER": launcher}, rc=3)
     assert done.returncode == 3
 
 
+@pytest.mark.process
 def test_bad_launcher_and_missing_mpiexec_stop_with_a_message(tmp_path: Path) -> None:
     done = _run_script(tmp_path / "a", TWO_BY_FOUR, WHEEL, {**JOB, "MPICOMM_LAUNCHER": "mpirun"})
     assert done.returncode == 2 and done.stdout == ""
@@ -157,6 +165,7 @@ def test_bad_launcher_and_missing_mpiexec_stop_with_a_message(tmp_path: Path) ->
     assert done.returncode == 2 and "no mpiexec beside" in done.stderr
 
 
+@pytest.mark.process
 def test_plan_says_which_launcher_and_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -172,6 +181,7 @@ def test_plan_says_which_launcher_and_why(
     assert capsys.readouterr().out.splitlines()[-1].endswith("it is srun --mpi=pmi2 (MPICOMM_LAUNCHER=srun)")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("launcher", [None, "srun"])
 def test_info_says_which_launcher_and_why(launcher: str | None) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MPICOMM_", "PMI_", "HYDRA_", "OMPI_"))}

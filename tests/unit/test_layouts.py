@@ -60,6 +60,7 @@ def test_rows_describe_dim_0_runs_or_decline() -> None:
     assert layouts.rows(a[::-1], elem, readonly=True) is None  # dim 0 steps backwards: the caller copies
 
 
+@pytest.mark.process
 def test_cache_is_bounded_and_freed_at_finalize() -> None:
     code = (
         "import numpy as np, mpicomm\n"

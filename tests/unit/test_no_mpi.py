@@ -10,6 +10,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 NOWHERE = "/nonexistent/mpi/lib/libmpi.so"
 
 

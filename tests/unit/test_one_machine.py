@@ -32,6 +32,7 @@ def test_one_node_plan_on_one_machine_passes() -> None:
     assert check_environment(layout, env).local_rank == 3
 
 
+@pytest.mark.process
 def test_run_plan_under_mpiexec_on_one_machine() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "PYTEST_"))}
     env["OMP_NUM_THREADS"] = "1"

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from mpijobs import needs_mpiexec, run_job
 
-pytestmark = needs_mpiexec
+pytestmark = [needs_mpiexec, pytest.mark.process]
 
 SCRIPT = """
     import sys

@@ -39,6 +39,7 @@ def test_summary_claims_numpy_only_until_the_gpu_data_path_is_in() -> None:
     assert "numpy" in summary and "cupy" not in summary
 
 
+@pytest.mark.process
 def test_wheel_carries_the_license_the_version_and_the_script(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],

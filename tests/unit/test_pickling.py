@@ -150,6 +150,7 @@ def test_safe_mode_refuses_a_payload_that_would_run_a_command(tmp_path: Path):
     assert not marker.exists()
 
 
+@pytest.mark.process
 def test_unsafe_mode_really_runs_the_command_which_is_why_safe_mode_exists(tmp_path: Path):
     marker = tmp_path / "ran"
     stream, buffers = dumps(RunsCommand(f"touch {marker}"))
@@ -184,6 +185,7 @@ def test_global_setting_decides_when_safe_is_none(tmp_path: Path):
         mpicomm.set_safe_unpickling("yes")  # type: ignore[arg-type]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("value", "expected"), [("1", "True"), ("0", "False"), ("", "False")])
 def test_environment_variable_sets_the_default(value: str, expected: str):
     code = "import mpicomm; print(mpicomm.is_safe_unpickling())"
@@ -234,6 +236,7 @@ def test_safe_mode_refuses_object_arrays_and_calling_ndarray(payload: bytes, wor
         loads(payload, [], safe=True)
 
 
+@pytest.mark.process
 def test_the_fake_pointer_payload_crashes_without_safe_mode_so_it_is_a_real_attack():
     code = (
         "import pickle, sys; a = pickle.loads(sys.stdin.buffer.read()); "

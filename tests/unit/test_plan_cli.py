@@ -200,6 +200,7 @@ def run_plan_under_mpiexec(plan: Path, ranks: int) -> subprocess.CompletedProces
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO, check=False)
 
 
+@pytest.mark.process
 def test_planned_job_runs_under_mpiexec_and_rank_0_sums_up(tmp_path: Path) -> None:
     spec = write(
         tmp_path,
@@ -219,6 +220,7 @@ def test_planned_job_runs_under_mpiexec_and_rank_0_sums_up(tmp_path: Path) -> No
         assert f"rank {rank} node 0 (node0) local {rank} gpu -: " in done.stdout
 
 
+@pytest.mark.process
 def test_planned_job_on_the_wrong_number_of_ranks_fails(tmp_path: Path) -> None:
     spec = write(tmp_path, "[topology]\nworld_size = 3\ncompute_device = 'cpu'\n")
     assert main([spec, "--json", str(tmp_path / "p.json"), "--quiet"]) == 0

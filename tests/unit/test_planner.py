@@ -337,6 +337,7 @@ def test_the_benchmark_sized_problem_plans_every_shard() -> None:
     assert result["max_perf"] >= result["min_perf"] > 0
 
 
+@pytest.mark.process
 def test_importing_the_planner_does_not_load_mpi() -> None:
     code = textwrap.dedent("""
         import json, sys

@@ -47,6 +47,7 @@ def _run(script: Path, cwd: Path, path: str, job: bool) -> str:
     return done.stdout
 
 
+@pytest.mark.process
 def test_sbatch_copy_in_a_spool_directory_runs_in_the_repository(generated, tmp_path):
     repo, fake, elsewhere = generated
     spool = tmp_path / "spool"
@@ -57,6 +58,7 @@ def test_sbatch_copy_in_a_spool_directory_runs_in_the_repository(generated, tmp_
     assert "-m mpicomm.planner.run_plan jobs/plan.json" in out
 
 
+@pytest.mark.process
 def test_bash_from_another_directory_runs_in_the_repository(generated):
     repo, fake, elsewhere = generated
     (fake / "scontrol").unlink()  # no Slurm client: BASH_SOURCE gives the place
@@ -64,6 +66,7 @@ def test_bash_from_another_directory_runs_in_the_repository(generated):
     assert f"cwd={repo}" in out
 
 
+@pytest.mark.process
 def test_a_piped_script_stays_in_the_submit_directory(generated, tmp_path):
     repo, fake, elsewhere = generated
     (fake / "scontrol").write_text('#!/bin/bash\necho "   Command=(null)"\n')

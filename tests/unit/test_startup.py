@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from mpijobs import python
 
 import mpicomm
@@ -16,6 +17,7 @@ HEAVY = (
 )
 
 
+@pytest.mark.process
 def test_a_first_get_rank_imports_neither_the_front_door_nor_the_data_paths() -> None:
     got = python("""
         import json, sys
@@ -27,6 +29,7 @@ def test_a_first_get_rank_imports_neither_the_front_door_nor_the_data_paths() ->
     assert not [m for m in got if m.startswith(HEAVY) or m in ("torch", "cupy")], got
 
 
+@pytest.mark.process
 def test_torchs_group_methods_attach_on_first_use() -> None:
     got = python("""
         import json

@@ -33,6 +33,7 @@ NEVER_ARRIVES = """
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_a_rank_that_never_arrives_ends_the_job_with_the_watchdogs_message(tmp_path, ranks):
     body = NEVER_ARRIVES.format(timeout=1, group="None")
@@ -45,6 +46,7 @@ def test_a_rank_that_never_arrives_ends_the_job_with_the_watchdogs_message(tmp_p
     assert seconds < 30, f"took {seconds:.1f} s"
 
 
+@pytest.mark.process
 def test_the_watchdog_names_a_subgroup_and_its_own_timeout(tmp_path):
     body = NEVER_ARRIVES.format(timeout="None", group='dist.new_group(timeout=0.5, group_desc="pairs")')
     status, out, seconds = run_job(tmp_path, body, 2)
@@ -54,6 +56,7 @@ def test_the_watchdog_names_a_subgroup_and_its_own_timeout(tmp_path):
     assert seconds < 30
 
 
+@pytest.mark.process
 def test_mpicomm_timeout_sets_the_default_bound(tmp_path):
     body = NEVER_ARRIVES.format(timeout="None", group="None")
     status, out, _ = run_job(tmp_path, body, 2, {"MPICOMM_TIMEOUT": "1"})
@@ -74,6 +77,7 @@ INIT_MISTAKE = """
 """
 
 
+@pytest.mark.process
 def test_a_mistake_on_one_rank_in_init_process_group_ends_the_job(tmp_path):
     status, out, seconds = run_job(tmp_path, INIT_MISTAKE.format(kwargs="'rank': '1'"), 2)
     assert status != 0, out
@@ -84,6 +88,7 @@ def test_a_mistake_on_one_rank_in_init_process_group_ends_the_job(tmp_path):
     assert seconds < 30
 
 
+@pytest.mark.process
 def test_a_wrong_world_size_on_one_rank_warns_and_the_job_runs(tmp_path):
     status, out, _ = run_job(tmp_path, INIT_MISTAKE.format(kwargs="'world_size': 5"), 2)
     assert status == 0, out
@@ -91,6 +96,7 @@ def test_a_wrong_world_size_on_one_rank_warns_and_the_job_runs(tmp_path):
     assert "rank 0 sum 2" in out and "rank 1 sum 2" in out, out
 
 
+@pytest.mark.process
 def test_a_work_wait_that_never_completes_ends_the_job(tmp_path):
     body = """
         import numpy as np

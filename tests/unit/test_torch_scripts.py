@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.process
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "docs" / "scripts"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 

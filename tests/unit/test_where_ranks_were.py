@@ -44,6 +44,7 @@ def where() -> Callable[[list[str]], dict[int, str]]:
     return func
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("late", [0, 1])
 def test_names_the_line_the_rank_that_timed_out_was_stuck_on(
     tmp_path: Path, where: Callable[[list[str]], dict[int, str]], late: int
