@@ -94,7 +94,7 @@ def test_the_pack_scratch_of_a_thread_is_freed_when_the_thread_ends() -> None:
     from mpicomm.core import _cmpi  # type: ignore[attr-defined]
 
     n = 1 << 21  # a 16 MiB column each way: 32 MiB of scratch a thread, past malloc's mmap threshold
-    u, v = np.ones((n, 2)), np.zeros((n, 2))
+    u, v = np.ones((n, 2)), np.full((n, 2), -1.0)  # both resident before the first reading (np.zeros is not)
     from mpi4py import MPI
 
     from mpicomm.core.buffers import _DATATYPES, datatype

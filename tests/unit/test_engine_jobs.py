@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mpijobs import needs_mpiexec, run_job
 
-pytestmark = needs_mpiexec
+pytestmark = [needs_mpiexec, pytest.mark.process]  # every test starts processes
 
 STUCK = """
     import time

@@ -232,6 +232,7 @@ def test_planned_job_on_the_wrong_number_of_ranks_fails(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("where", "said"), [("sub", ".. (from this script's folder)"), (".", "this script's folder")]
 )
+@pytest.mark.process
 def test_the_regenerate_comment_names_the_folder_the_command_ran_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, said: str
 ) -> None:

@@ -126,6 +126,7 @@ def _lines_from(text: str, first: str, last: str) -> str:
     return "\n".join(lines[i : j + 1])
 
 
+@pytest.mark.process
 def test_the_interpreter_is_the_virtual_environments_not_a_bare_python3(tmp_path: Path) -> None:
     """Issue 44: the scripts ran python3 from the PATH, not the venv mpicomm was installed in."""
     text = render_sbatch(RankLayout.from_shape(JobShape()), ["x.py"], job_name="j", environ={})
@@ -153,6 +154,7 @@ def test_the_interpreter_is_the_virtual_environments_not_a_bare_python3(tmp_path
         ({"SLURM_LOCALID": "6", "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"}, "GPU-a"),
     ],
 )
+@pytest.mark.process
 def test_each_rank_of_a_gpu_layout_sees_its_own_gpu(tmp_path: Path, env: dict[str, str], want: str) -> None:
     """Issue 44: a layout with GPUs bound none per rank; now each sees GPU local_rank % gpus_per_node."""
     shape = JobShape(nodes=2, ntasks_per_node=8, gpus_per_node=4)

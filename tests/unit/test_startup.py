@@ -66,6 +66,7 @@ NOT_FOR_NUMPY = (
 NOT_FOR_NUMPY_STDLIB = ("subprocess", "shutil", "bz2", "lzma", "dataclasses", "copy", "pickle")
 
 
+@pytest.mark.process
 def test_a_first_numpy_all_reduce_loads_no_gpu_jagged_or_object_machinery() -> None:
     got = python("""
         import json, sys

@@ -28,6 +28,9 @@ _LAUNCH = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIEXEC_", "MPICOMM_", "SLURM_",
 _TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
+pytestmark = pytest.mark.process  # every test starts processes
+
+
 def _values(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, (v, _) in launcher_variables(env).items()}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from mpijobs import needs_mpiexec, run_job
 
-pytestmark = needs_mpiexec
+pytestmark = [needs_mpiexec, pytest.mark.process]  # every test starts processes
 
 NEVER_ARRIVES = """
     import datetime, time

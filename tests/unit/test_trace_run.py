@@ -23,7 +23,7 @@ from mpijobs import REPO, needs_mpiexec, run_job
 from mpicomm.trace.output import MERGED, load
 from mpicomm.trace.summary import summarise
 
-pytestmark = needs_mpiexec
+pytestmark = [needs_mpiexec, pytest.mark.process]  # every test starts processes
 
 PROGRAM = """
     import time

@@ -16,7 +16,7 @@ from mpijobs import needs_mpiexec, run_job
 
 from mpicomm.trace.output import MERGED
 
-pytestmark = needs_mpiexec
+pytestmark = [needs_mpiexec, pytest.mark.process]  # every test starts processes
 pytest.importorskip("torch")
 
 PROGRAM = """

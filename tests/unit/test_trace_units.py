@@ -135,6 +135,7 @@ def test_merge_puts_ranks_on_rank_0s_clock(tmp_path: Path) -> None:
     assert load(tmp_path)["mpicomm"]["run"] == 7  # a directory: merged again from its rank files
 
 
+@pytest.mark.process
 def test_untraced_when_the_variable_is_unset() -> None:
     got = python(
         """
@@ -147,6 +148,7 @@ def test_untraced_when_the_variable_is_unset() -> None:
     assert got["door"] in ("Door", "function")
 
 
+@pytest.mark.process
 def test_traced_when_set_and_import_starts_no_mpi(tmp_path: Path) -> None:
     got = python(
         """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from mpijobs import python
 
 import mpicomm
@@ -30,6 +31,9 @@ print(json.dumps(out))
 """
 
 SHARED = {"_mpi", "errors", "sizes"}
+
+
+pytestmark = pytest.mark.process  # every test starts processes
 
 
 def _alone(body: str) -> dict[str, Any]:
