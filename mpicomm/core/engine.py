@@ -71,7 +71,7 @@ def pending() -> int:
 class Spec:
     """One gated public call: its host, its name and how the engine may run it."""
 
-    __slots__ = ("fn", "host", "p2p", "posts", "queued", "signature", "site", "validated")
+    __slots__ = ("fn", "group_at", "host", "p2p", "posts", "queued", "signature", "site", "validated")
 
     def __init__(
         self, fn: str, host: Callable[..., Any], p2p: bool, posts: bool, validated: bool, queued: bool
@@ -79,6 +79,8 @@ class Spec:
         self.fn, self.host, self.p2p, self.posts, self.validated = fn, host, p2p, posts, validated
         self.queued = queued
         self.signature = inspect.signature(host)
+        names = list(self.signature.parameters)
+        self.group_at = names.index("group") if "group" in names else -1
         self.site = watchdog.Site(f"{fn} (run on mpicomm's communication thread)")
 
 
@@ -415,9 +417,10 @@ def gate(
 ) -> Callable[[F], F]:
     """Put the engine's gate in front of the host implementation of the public call ``fn``.
 
-    The wrapper is generated with the host's own parameters (the front door and ``inspect.signature``
-    see them): a blocking call with nothing queued goes straight to the host after one test of
-    ``async_op`` and one of the queue's count; every other call goes to the engine (``_through``).
+    The wrapper keeps the host's signature (``functools.wraps``: the front door and
+    ``inspect.signature`` see the host's parameters): a blocking call with nothing queued goes
+    straight to the host after one test of ``async_op`` and one of the queue's count; every other
+    call goes to the engine (``_through``).
 
     Args:
         fn: The public name.
@@ -435,36 +438,18 @@ def gate(
 
     def wrap(host: F) -> F:
         spec = Spec(fn, host, p2p, posts, validated, queued)
-        params = spec.signature.parameters
-        env: dict[str, Any] = {"_host": host, "_spec": spec, "_T": _T, "_through": _through}
-        heads: list[str] = []
-        positional: list[str] = []
-        keyword: list[str] = []
-        for name, p in params.items():
-            default = ""
-            if p.default is not p.empty:
-                env[f"_d_{name}"] = p.default
-                default = f"=_d_{name}"
-            if p.kind is p.KEYWORD_ONLY:
-                if "*" not in heads:
-                    heads.append("*")
-                keyword.append(name)
-            else:
-                positional.append(name)
-            heads.append(name + default)
-        passes = ", ".join([*positional, *(f"{k}={k}" for k in keyword)])
-        args = f"({', '.join(positional)}{',' if len(positional) == 1 else ''})"
-        kw = "{" + ", ".join(f"{k!r}: {k}" for k in keyword) + "}"
-        flag = "async_op" if "async_op" in params else ("True" if posts else "False")
-        test = "async_op is False and not _T.pending" if "async_op" in params else "not _T.pending"
-        lines = [
-            f"def {host.__name__}({', '.join(heads)}):",
-            f"    if {test}:",
-            f"        return _host({passes})",
-            f"    return _through(_spec, {args}, {kw}, {flag})",
-        ]
-        exec(compile("\n".join(lines) + "\n", f"<engine gate: {fn}>", "exec"), env)
-        return functools.update_wrapper(env[host.__name__], host)  # type: ignore[return-value]
+        names = list(spec.signature.parameters)
+        at = names.index("async_op") if "async_op" in names else -1
+        default = spec.signature.parameters["async_op"].default if at >= 0 else posts
+
+        @functools.wraps(host)
+        def gated(*args: Any, **kwargs: Any) -> Any:
+            flag = args[at] if 0 <= at < len(args) else kwargs.get("async_op", default)
+            if flag is False and not _T.pending:
+                return host(*args, **kwargs)  # nothing queued, a blocking call: the host, here
+            return _through(spec, args, kwargs, flag if at >= 0 else posts)
+
+        return gated  # type: ignore[return-value]
 
     return wrap
 
@@ -478,6 +463,9 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
         return spec.host(*args, **kw)  # MPI_THREAD_MULTIPLE: point-to-point beside the queued collectives
     if not _Q.enabled:
         return spec.host(*args, **kw)
+    group = args[spec.group_at] if 0 <= spec.group_at < len(args) else kw.get("group")
+    if group is not None and not getattr(group, "is_member", True):
+        return spec.host(*args, **kw)  # no MPI call on a rank outside the group: it warns, returns None
     if async_op is not True and async_op is not False:  # the front door checks it first
         raise ArgumentTypeError(f"{spec.fn}: async_op is {async_op!r}; expected True or False")
     if not spec.queued:
@@ -501,13 +489,14 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
 through = _through
 
 
-def wanted(p2p: bool = False) -> bool:
+def wanted(p2p: bool = False, group: Any = None) -> bool:
     """Whether a host that tests the gate itself should hand its call to ``through``.
 
     all_reduce, broadcast and sendrecv make the gate's test inline (``async_op is not False or
     _T.pending``: two reads, where a wrapper's frame costs 40-60 ns, a tenth of an 8-byte call); this
-    is the rest of it, off the fast path: not on the engine's own thread, the engine not off, and
-    for a point-to-point call (``p2p``) not its own lane (``MPI_THREAD_MULTIPLE``, none queued).
+    is the rest of it, off the fast path: not on the engine's own thread, the engine not off, not a
+    ``group`` this rank is outside of, and for a point-to-point call (``p2p``) not its own lane
+    (``MPI_THREAD_MULTIPLE``, none queued).
 
     Example:
         >>> wanted() in (True, False)
@@ -515,4 +504,6 @@ def wanted(p2p: bool = False) -> bool:
     """
     if p2p and _T.owner is None and not _Q.p2p:
         return False  # the lane beside the queued collectives: the caller runs it here
+    if group is not None and not getattr(group, "is_member", True):
+        return False  # no MPI call on a rank outside the group: the host warns and returns None
     return _Q.enabled and _get_ident() != _T.engine

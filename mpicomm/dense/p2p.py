@@ -350,7 +350,9 @@ def sendrecv(
         >>> got == (-1 if left is None else left)
         True
     """
-    if _Threads.pending and engine.wanted(p2p=True):  # the engine's gate, inline: behind the queued calls
+    if _Threads.pending and engine.wanted(
+        p2p=True, group=group
+    ):  # the engine's gate, inline: behind the queued calls
         args = (tensor, recv_tensor, dst, src, group, tag, group_dst, group_src, sendtag, recvtag)
         return engine.through(_SENDRECV, args, {}, False)  # type: ignore[no-any-return]
     w = _State.world

@@ -107,7 +107,7 @@ def all_reduce(
         >>> bool((x == mpicomm.get_world_size()).all())
         True
     """
-    if (async_op is not False or _T.pending) and engine.wanted():  # the engine's gate, inline
+    if (async_op is not False or _T.pending) and engine.wanted(group=group):  # the engine's gate, inline
         return engine.through(_ALL_REDUCE, (tensor, op, group, async_op), {}, async_op)  # type: ignore[no-any-return]
     w = _WORLD
     g: ProcessGroup
@@ -310,7 +310,7 @@ def broadcast(
     """
     # the common call: its checks inline, the buffer's in cmpi (a function call costs 50 ns here);
     # async_op never changes the MPI call (ranks may differ in it): a Work asked for is complete
-    if (async_op is not False or _T.pending) and engine.wanted():  # the engine's gate, inline
+    if (async_op is not False or _T.pending) and engine.wanted(group=group):  # the engine's gate, inline
         return engine.through(_BROADCAST, (tensor, src, group, async_op, group_src), {}, async_op)  # type: ignore[no-any-return]
     w = _WORLD
     if group is None and group_src is None and type(tensor) is _ND and _State.world is w[0] and not _Flag.on:
