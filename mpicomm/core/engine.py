@@ -319,6 +319,10 @@ def _run(work: EngineWork) -> None:
         out = spec.host(*work._args, **work._kw)
         work._out = out
         work._inner = out if isinstance(out, Work) else None
+        if work._inner is not None and not spec.posts:
+            # the host made its blocking MPI calls; its Work may still owe a step on completion (a
+            # 16-bit reduction's copy back from its wide twin): done here, before any callback reads
+            work._inner.wait()
     except Exception as exc:
         work._raw = exc
         if work._posted:  # a blocking caller raises it itself, through the front door
@@ -463,6 +467,9 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
         return spec.host(*args, **kw)  # MPI_THREAD_MULTIPLE: point-to-point beside the queued collectives
     if not _Q.enabled:
         return spec.host(*args, **kw)
+    if validation._Flag.on:  # validation mode: checked and exchanged at the call, on this thread
+        drain(None, spec.fn)
+        return spec.host(*args, **kw)
     group = args[spec.group_at] if 0 <= spec.group_at < len(args) else kw.get("group")
     if group is not None and not getattr(group, "is_member", True):
         return spec.host(*args, **kw)  # no MPI call on a rank outside the group: it warns, returns None
@@ -506,4 +513,7 @@ def wanted(p2p: bool = False, group: Any = None) -> bool:
         return False  # the lane beside the queued collectives: the caller runs it here
     if group is not None and not getattr(group, "is_member", True):
         return False  # no MPI call on a rank outside the group: the host warns and returns None
+    if validation._Flag.on and _Q.enabled and _get_ident() != _T.engine:
+        drain(None)  # validation mode: mistakes raise at the call, so the call runs here, in its turn
+        return False
     return _Q.enabled and _get_ident() != _T.engine
