@@ -320,9 +320,11 @@ def _run(work: EngineWork) -> None:
         work._out = out
         work._inner = out if isinstance(out, Work) else None
         if work._inner is not None and not spec.posts:
-            # the host made its blocking MPI calls; its Work may still owe a step on completion (a
-            # 16-bit reduction's copy back from its wide twin): done here, before any callback reads
-            work._inner.wait()
+            # a host Work whose MPI part is over may still owe a step on completion (a 16-bit
+            # reduction's copy back from its wide twin): done here, before any callback reads the
+            # arrays. One whose messages are still in flight (the list all_gather's) stays pending:
+            # waiting here would hold the queue until a peer that may need a later call matches it.
+            work._inner.is_completed()
     except Exception as exc:
         work._raw = exc
         if work._posted:  # a blocking caller raises it itself, through the front door
