@@ -135,7 +135,7 @@ class Pending(_TorchWork):
     _source_rank = source_rank
 
 
-class Running(_TorchWork):
+class Running(Pending):
     """A collective queued on mpicomm's communication thread: its future completes when the call has run.
 
     The engine completes the future on its own thread (DDP's bucket callbacks then run there, as on
@@ -154,9 +154,7 @@ class Running(_TorchWork):
     """
 
     def __init__(self, work: Work, outputs: list[Any]) -> None:
-        super().__init__()
-        self._work = work
-        self._outputs = outputs
+        super().__init__(work, outputs, [])
         self._future: torch.futures.Future[list[Any]] = torch.futures.Future()
         then = getattr(work, "then_on_engine", None)
         if then is not None:
@@ -173,29 +171,6 @@ class Running(_TorchWork):
             self._future.set_result(self._outputs)
         else:
             self._future.set_exception(error)  # type: ignore[arg-type]  # the stubs say list[Any]
-
-    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
-        """Wait for the call (a positive timeout bounds the wait) and return True."""
-        if timeout is not None and timeout <= _ZERO:
-            timeout = None
-        return self._work.wait(timeout)
-
-    def is_completed(self) -> bool:
-        """Whether the call has run."""
-        return self._work.is_completed()
-
-    def is_success(self) -> bool:
-        """Whether the call ran without an error."""
-        return self._work.is_success()
-
-    def exception(self) -> BaseException | None:
-        """The call's error, if it failed."""
-        return self._work.exception()
-
-    def result(self) -> list[Any]:
-        """The tensors, once the call has run."""
-        self._work.wait()
-        return self._outputs
 
     def get_future(self) -> torch.futures.Future[list[Any]]:
         """The future torch's C++ side waits on (completed by the communication thread)."""
