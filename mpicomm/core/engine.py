@@ -446,14 +446,16 @@ def gate(
         spec = Spec(fn, host, p2p, posts, validated, queued)
         names = list(spec.signature.parameters)
         at = names.index("async_op") if "async_op" in names else -1
-        default = spec.signature.parameters["async_op"].default if at >= 0 else posts
+        default = spec.signature.parameters["async_op"].default if at >= 0 else False
 
         @functools.wraps(host)
         def gated(*args: Any, **kwargs: Any) -> Any:
-            flag = args[at] if 0 <= at < len(args) else kwargs.get("async_op", default)
+            if at < 0:  # no async_op (isend, irecv, send, recv): only the queue decides
+                return host(*args, **kwargs) if not _T.pending else _through(spec, args, kwargs, posts)
+            flag = args[at] if at < len(args) else kwargs.get("async_op", default)
             if flag is False and not _T.pending:
                 return host(*args, **kwargs)  # nothing queued, a blocking call: the host, here
-            return _through(spec, args, kwargs, flag if at >= 0 else posts)
+            return _through(spec, args, kwargs, flag)
 
         return gated  # type: ignore[return-value]
 
