@@ -111,6 +111,16 @@ PLUGS: tuple[Plug, ...] = (
         "mpicomm.core.work.Work.is_completed",
         "only with MPICOMM_TRACE set: an async call's completion seen by polling, as Work.wait above.",
     ),
+    Plug(
+        "mpicomm.trace.wrap",
+        "mpicomm.core.engine.EngineWork.wait",
+        "only with MPICOMM_TRACE set: the engine's Work, whose wait is its own, as Work.wait above.",
+    ),
+    Plug(
+        "mpicomm.trace.wrap",
+        "mpicomm.core.engine.EngineWork.is_completed",
+        "only with MPICOMM_TRACE set: as Work.is_completed above, for the engine's Work.",
+    ),
 )
 
 

@@ -231,8 +231,20 @@ def _waits_all(rec: Recorder, wait_all: F) -> F:
 
 
 def _watch_works(rec: Recorder) -> None:
-    """Make ``Work.wait`` and ``Work.is_completed`` record when an async call's Work is seen complete."""
-    wait, is_completed = Work.wait, Work.is_completed
+    """Make ``wait`` and ``is_completed`` record when an async call's Work is seen complete.
+
+    Both Work classes: mpicomm's own (point-to-point, MPICOMM_ENGINE=0) and the engine's, which
+    defines the two methods itself.
+    """
+    from ..core.engine import EngineWork
+
+    Work.wait, Work.is_completed = _traced(rec, Work)  # type: ignore[method-assign]
+    EngineWork.wait, EngineWork.is_completed = _traced(rec, EngineWork)  # type: ignore[method-assign]
+
+
+def _traced(rec: Recorder, cls: type[Work]) -> tuple[Any, Any]:
+    """``cls``'s ``wait`` and ``is_completed``, recording when they first see a traced Work complete."""
+    wait, is_completed = cls.wait, cls.is_completed
     pending, now = rec.pending, perf_counter_ns
 
     @functools.wraps(wait)
@@ -254,5 +266,4 @@ def _watch_works(rec: Recorder) -> None:
             rec.add_wait(pending.pop(id(self)), t, t, True)
         return done
 
-    Work.wait = traced_wait  # type: ignore[method-assign]
-    Work.is_completed = traced_is_completed  # type: ignore[method-assign]
+    return traced_wait, traced_is_completed
