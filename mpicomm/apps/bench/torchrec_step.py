@@ -35,7 +35,7 @@ from .harness import Env, largest, quiet_gate
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["torchrec_step", "torchrec_step_lines"]
+__all__ = ["has_torchrec", "torchrec_step", "torchrec_step_lines"]
 
 #: Tables, rows per table, embedding width, batch per rank, steps per sample.
 TABLES, ROWS, DIM, BATCH, STEPS = 8, 1000, 16, 64, 10
@@ -115,9 +115,15 @@ def _sample(ctl: MPI.Intracomm, run: Callable[[], None]) -> tuple[float, float]:
     return largest(ctl, wall), largest(ctl, cpu)
 
 
+def has_torchrec() -> bool:
+    """Whether torchrec is importable (a folder named torchrec on the path, as tests/torchrec, is not it)."""
+    spec = importlib.util.find_spec("torchrec")
+    return spec is not None and spec.origin is not None
+
+
 def torchrec_step(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[str, Any]:
     """Run the report on every rank (see the module's docstring); rank 0's results count."""
-    if importlib.util.find_spec("torchrec") is None:
+    if not has_torchrec():
         return {"skipped": "torchrec is not installed (make .venv-torchrec/.installed, then its python)"}
     import torch.distributed as dist
 
