@@ -4,7 +4,7 @@ A rank that waits for a late peer inside MPICH polls: it stays runnable and burn
 whole wait. gloo's waits sleep on a condition variable. Where ranks share cores (more processes
 than cores: a shared machine, several jobs on a node), the polling rank takes CPU time its peer and
 its own next step need, and the scheduler favours a thread that slept over one that used its slice:
-a table-wise torchrec DLRM step, five all-to-alls on waits a step, spent 1.5-2.7x gloo's CPU time and
+a table-wise torchrec DLRM step (five all-to-alls a step) spent 1.2-2.9x gloo's CPU time and
 was 1.1-2.7x gloo's wall time on a loaded 2-core machine, while its fastest steps were faster than
 gloo's (docs/benchmarks.rst, "torchrec step").
 
