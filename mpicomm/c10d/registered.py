@@ -332,11 +332,18 @@ class MpicommProcessGroup(dist.ProcessGroup):
         output_split_sizes: list[int],
         input_split_sizes: list[int],
         opts: Any = None,
-    ) -> Done:
-        """``dist.all_to_all_single``: rows of ``input`` to each rank (``[]`` splits: even)."""
-        collectives.all_to_all_single(
-            output, input, _splits(output_split_sizes), _splits(input_split_sizes), self._g, False
+    ) -> Done | Running:
+        """``dist.all_to_all_single``: rows of ``input`` to each rank (``[]`` splits: even).
+
+        An ``asyncOp`` call (torchrec's KJT and pooled-embedding all-to-alls) runs on mpicomm's
+        communication thread, as gloo's runs on its own, so the caller's work until ``wait`` overlaps it.
+        """
+        async_op = opts is not None and bool(opts.asyncOp)
+        queued = collectives.all_to_all_single(
+            output, input, _splits(output_split_sizes), _splits(input_split_sizes), self._g, async_op
         )
+        if async_op:
+            return Running(completed() if queued is None else queued, [output])
         return Done([output])
 
     alltoall_base = all_to_all_single  # type: ignore[assignment]

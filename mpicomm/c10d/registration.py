@@ -40,6 +40,7 @@ from ..errors import ArgumentError
 from . import compiled, options, torch_objects
 from .launch import check_launch
 from .registered import DEVICES, MpicommProcessGroup
+from .waiting import sleep_in_long_waits
 
 __all__ = ["NAME", "process_group", "register"]
 
@@ -125,6 +126,7 @@ def _create(opts: Any, backend_options: Any) -> MpicommProcessGroup:
             )
         w.timeout = timeout
         group = w
+        sleep_in_long_waits()  # MPICH's long waits sleep, as gloo's do (c10d/waiting.py)
     else:
         group = groups.new_group(
             ranks, timeout=timeout, use_local_synchronization=True, group_desc=f"torch:{opts.group_id}"

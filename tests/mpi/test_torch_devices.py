@@ -9,7 +9,6 @@ the same ranks, with equal results.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+import torchpair
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -26,21 +26,10 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-import mpicomm
-import mpicomm.torch
-
 pytestmark = pytest.mark.mpi
 
 
-@pytest.fixture(scope="module")
-def both() -> Iterator[dict[str, Any]]:
-    """torch's default group on mpicomm and a gloo group of the same ranks, by backend name."""
-    w = mpicomm.init()
-    saved = w.timeout
-    dist.init_process_group("mpicomm")
-    yield {"mpicomm": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
-    dist.destroy_process_group()
-    w.timeout = saved
+both = pytest.fixture(scope="module")(torchpair.mpicomm_and_gloo)
 
 
 def _model(seed: int) -> nn.Module:
@@ -132,6 +121,21 @@ def test_sharded_tensor_gathers_cpu_shards(both: dict[str, Any], backend: str) -
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a CPU-only torch")
 @pytest.mark.parametrize("backend", ["mpicomm", "gloo"])
 def test_split_group_refuses_as_on_gloo_on_a_cpu_only_torch(both: dict[str, Any], backend: str) -> None:
-    """torch's split_group needs an accelerator-bound default group: on CPU-only torch it refuses gloo too."""
+    """torch's split_group needs an accelerator-bound default group: on CPU-only torch it refuses gloo too.
+
+    With gloo as torch's default group the refusal is the same (checked by hand at 2 ranks: gloo's
+    default group, and ``init_process_group("gloo", device_id=torch.device("cpu"))`` is refused by
+    torch itself, "must be an accelerator with an index"). Past the device check (a default group
+    bound to ``cpu:0`` by hand; gloo as the default group refuses the same there), torch's next check
+    needs an accelerator: both refuse there too.
+    """
+    everyone = [list(range(dist.get_world_size()))]
     with pytest.raises(RuntimeError, match="No device associated with the default pg"):
-        dist.split_group(parent_pg=both[backend], split_ranks=[list(range(dist.get_world_size()))])
+        dist.split_group(parent_pg=both[backend], split_ranks=everyone)
+    default = dist.distributed_c10d._get_default_group()
+    default.bound_device_id = torch.device("cpu", 0)
+    try:
+        with pytest.raises(RuntimeError, match="does not support splitting"):
+            dist.split_group(parent_pg=both[backend], split_ranks=everyone)
+    finally:
+        default.bound_device_id = None

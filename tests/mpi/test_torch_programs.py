@@ -9,47 +9,32 @@ the DeviceMesh programs are small integers, exact in any order, so those stay bi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+import torchpair
 from torch import nn
 
-import mpicomm
-import mpicomm.torch
 from mpicomm.c10d.registered import MpicommProcessGroup
 
 pytestmark = pytest.mark.mpi
 
 
+both = pytest.fixture(scope="module")(torchpair.mpicomm_and_gloo)
+
+
 @pytest.fixture(scope="module")
-def gloo() -> Iterator[Any]:
-    """torch's default group on mpicomm; yields a gloo group of the same ranks."""
-    w = mpicomm.init()
-    saved = w.timeout
-    dist.init_process_group("mpicomm")
-    yield dist.new_group(backend="gloo")
-    dist.destroy_process_group()
-    w.timeout = saved
-
-
-def _same(a: list[torch.Tensor], b: list[torch.Tensor], half: bool = False) -> None:
-    """Bitwise at 1-2 ranks; from 3, float32 rounding (float16's where gradients travel as float16)."""
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        if dist.get_world_size() <= 2:
-            assert torch.equal(x, y), (x - y).abs().max()
-        elif half:
-            torch.testing.assert_close(x, y, rtol=1e-2, atol=2e-3)
-        else:
-            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+def gloo(both: dict[str, Any]) -> Any:
+    """The gloo group of the same ranks (torch's default group is on mpicomm)."""
+    return both["gloo"]
 
 
 def _both(gloo: Any, program: Callable[[Any], list[torch.Tensor]], half: bool = False) -> list[torch.Tensor]:
     got = program(dist.group.WORLD)
-    _same(got, program(gloo), half)
+    torchpair.assert_same(got, program(gloo), half)
     return got
 
 

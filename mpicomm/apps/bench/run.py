@@ -68,6 +68,7 @@ from .overlap import async_lines, async_report
 from .report import HEAD, WIDTHS, line, row, table, target, target_lines
 from .torch_backend import torch_backend, torch_backend_lines
 from .torch_cost import torch_cost, torch_cost_lines
+from .torchrec_step import torchrec_step, torchrec_step_lines
 from .traced import _traced
 
 __all__ = ["main"]
@@ -158,13 +159,14 @@ REPORTS = {
     "torch_cost": "what a torch CPU tensor adds to a 1 MiB call, caches warm and cold (rank 0, needs torch)",
     "torch_backend": "dist.all_reduce on backend mpicomm vs gloo vs mpicomm direct; DDP steps (needs torch)",
     "async": "async_op=True: return time with a late peer; share of a 16 MiB call not hidden behind 2x sleep",
+    "torchrec": "a table-wise torchrec DLRM step on backend mpicomm vs gloo (needs torchrec; asked by name)",
 }
 
 #: The reports run by default: all but the GPU one, which needs cupy and a GPU (and torch_cost without torch).
 CPU_REPORTS = [
     k
     for k in REPORTS
-    if k not in ("gpu", "gpu_cost", "torch_backend")  # torch_backend (DDP steps, minutes): asked by name
+    if k not in ("gpu", "gpu_cost", "torch_backend", "torchrec")  # torch_backend, torchrec: asked by name
     and (k != "torch_cost" or importlib.util.find_spec("torch") is not None)
 ]
 
@@ -341,6 +343,8 @@ def report(
         print("\n" + torch_backend_lines(extra["torch_backend"]), flush=True)
     if "async" in extra:
         print("\n" + async_lines(extra["async"]), flush=True)
+    if "torchrec" in extra:
+        print("\n" + torchrec_step_lines(extra["torchrec"]), flush=True)
     if args.json:
         settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
         doc = {
@@ -391,6 +395,7 @@ REPORT_RUNS: dict[str, Callable[[MPI.Intracomm, Env, argparse.Namespace], dict[s
     "torch_cost": torch_cost,
     "torch_backend": torch_backend,
     "async": async_report,
+    "torchrec": torchrec_step,
 }
 
 
