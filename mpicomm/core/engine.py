@@ -30,8 +30,11 @@ import functools
 import inspect
 import os
 import queue
+import sys
 import threading
 import time
+import types
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -40,7 +43,7 @@ from . import calls, chunks, validation, watchdog
 from .groups import _State, resolve
 from .work import Work
 
-__all__ = ["EngineWork", "Spec", "drain", "gate", "pending", "submit", "through", "wanted"]
+__all__ = ["EngineWork", "Spec", "drain", "gate", "pending", "precheck", "submit", "through", "wanted"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,11 +59,37 @@ class _Queue:
     thread: threading.Thread | None = None
     p2p = 0  # point-to-point calls queued and not yet run (their own lane waits for them)
     stopping = False
+    #: The error every later call raises once a call run by the engine failed (:func:`_broken`).
+    failed: CommunicationError | None = None
     #: ``MPICOMM_ENGINE=0``: no engine; ``async_op=True`` runs the call at once, its Work complete.
     enabled = os.environ.get("MPICOMM_ENGINE", "1").strip() != "0"
 
 
 _Q = _Queue
+
+
+class _Checks:
+    """The arguments' check an asynchronous call makes on the caller's thread before it is queued.
+
+    Set by the front door (:mod:`mpicomm.front.prechecks`, through :func:`precheck`): the engine
+    sits below the data paths whose checks it runs, so it is handed the function, never imports it.
+    """
+
+    check: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], None] | None = None
+
+
+def precheck(check: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], None]) -> None:
+    """Make ``check(fn, signature, args, kwargs)`` run before every asynchronous call is queued.
+
+    It raises the call's argument error on the caller's thread (before any MPI call), so a mistake
+    in an ``async_op=True`` call raises at the call, not at ``wait()``. It must not call MPI.
+
+    Example:
+        >>> before = _Checks.check
+        >>> precheck(lambda fn, signature, args, kw: None)
+        >>> _Checks.check = before
+    """
+    _Checks.check = check
 
 
 def pending() -> int:
@@ -308,9 +337,50 @@ def _loop(started: threading.Event) -> None:
         _run(work)
 
 
+def _broken(fn: str, error: BaseException) -> None:
+    """A call run by the engine failed: from now on no call of this process enters MPI.
+
+    The ranks no longer agree on which call comes next (this rank left a collective its peers may
+    be inside, or MPI reported an error, after which its state is undefined), so a later call would
+    pair with the wrong one. Its Work raises ``error`` at ``wait()``; the calls queued behind it are
+    not run (their Works raise the error below), and every later call raises it before any MPI
+    call. One count stays on ``_T.pending`` for good: it sends every call, the blocking fast paths'
+    too, to the gate's slow path or to :func:`drain`, where the error is raised (no test on the
+    fast path). Like NCCL, which ends the process on an asynchronous error (its default), but as an
+    exception: uncaught, the abort hook ends the job within seconds.
+    """
+    with _Q.cond:
+        if _Q.failed is not None:
+            return
+        _Q.failed = CommunicationError(
+            f"{fn}, run on mpicomm's communication thread, failed ({type(error).__name__}: {error}); "
+            "after that no call of this rank enters MPI, as its ranks no longer agree on which call "
+            "comes next; expected the job to end"
+        )
+        _Q.failed.__cause__ = error
+        _T.pending += 1
+        _Q.cond.notify_all()
+
+
+def _refuse(fn: str) -> None:
+    """Raise the error of an earlier failed call (:func:`_broken`), naming the call ``fn`` refused."""
+    failed = _Q.failed
+    if failed is not None:
+        error = CommunicationError(f"{fn}: not run: {failed}")
+        error.__cause__ = failed.__cause__
+        raise error
+
+
 def _run(work: EngineWork) -> None:
     """Run one queued call: the host, as a blocking caller runs it; then its callbacks; then the next."""
     spec = work._spec
+    if _Q.failed is not None:  # behind a failed call: never run (a peer would pair it with another)
+        try:
+            _refuse(spec.fn)
+        except CommunicationError as exc:
+            work._raw = work._error = exc
+        _done(work)
+        return
     token = (watchdog._count(), spec.site, _group_of(work), None)
     watchdog._live.append(token)  # the watchdog times the call where it runs
     before = validation._Flag.exchanges
@@ -327,15 +397,21 @@ def _run(work: EngineWork) -> None:
             work._inner.is_completed()
     except Exception as exc:
         work._raw = exc
+        error = calls.failed(spec.fn, exc, before, spec.validated, spec.signature, work._args, work._kw)
         if work._posted:  # a blocking caller raises it itself, through the front door
-            work._error = calls.failed(
-                spec.fn, exc, before, spec.validated, spec.signature, work._args, work._kw
-            )
+            work._error = error
+        _broken(spec.fn, error)
     except BaseException as exc:  # KeyboardInterrupt and the like: the Work reports it
         work._raw = work._error = exc
+        _broken(spec.fn, exc)
     finally:
         watchdog._live.remove(token)
         chunks._ASKED.answered = False
+    _done(work)
+
+
+def _done(work: EngineWork) -> None:
+    """The call has run (or was refused): its callbacks, the queue's counts, then its waiters."""
     with _Q.cond:
         work._ran = True
         callbacks, work._callbacks = work._callbacks, []
@@ -344,7 +420,7 @@ def _run(work: EngineWork) -> None:
             callback(work)
     with _Q.cond:
         _T.pending -= 1
-        if spec.p2p:
+        if work._spec.p2p:
             _Q.p2p -= 1
         _Q.cond.notify_all()
     work._lock.release()  # last: a caller waiting on it then finds the engine out of MPI
@@ -383,12 +459,14 @@ def drain(timeout: datetime.timedelta | float | None = None, fn: str = "mpicomm"
     """
     if _get_ident() == _T.engine:
         return
+    _refuse(fn)
     seconds = None
     if timeout is not None:
         seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
     deadline = None if seconds is None else time.monotonic() + seconds
     with _Q.cond:
         while _T.pending:
+            _refuse(fn)
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise CommunicationError(
@@ -464,6 +542,7 @@ def gate(
 
 def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: Any) -> Any:
     """A call that does not take the fast path: queued (or on its own lane) and, if blocking, waited for."""
+    _refuse(spec.fn)  # after a failed call nothing enters MPI (_broken)
     me = _get_ident()
     if me == _T.engine:  # a callback on the engine's thread calls again: it runs at its place in order
         return spec.host(*args, **kw)
@@ -484,16 +563,60 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
         return spec.host(*args, **kw)
     if _State.world is None:  # MPI starts on the first call, on the caller's thread (it owns MPI then)
         resolve(None, spec.fn)
+    check = _Checks.check
+    if check is not None:  # a mistake raises here, not at wait(), and never breaks the queue (no MPI call)
+        check(spec.fn, spec.signature, args, kw)
     work = EngineWork(spec, args, kw)
     work._posted = bool(async_op)
     submit(work)
     if async_op:
         return work
-    work._lock.acquire()  # the front door's token times the caller's wait; the engine's, the call
-    work._lock.release()
+    _await(work)  # the front door's token times the caller's wait; the engine's, the call
     if work._raw is not None:
         raise work._raw  # the front door makes it the error the call raises when it runs here
     return work._out
+
+
+#: Seconds a blocking point-to-point call waits behind queued calls, below ``MPI_THREAD_MULTIPLE``,
+#: before it warns that its peer may be waiting for it (:func:`_await`).
+STALL = 10.0
+
+
+def _await(work: EngineWork) -> None:
+    """Wait for the engine to have run the blocking call ``work``; warn about the serialized deadlock.
+
+    Below ``MPI_THREAD_MULTIPLE`` a point-to-point call queued behind a collective cannot run before
+    it (only one thread may be inside MPI, and MPI never matches the blocking collective a peer
+    makes with a non-blocking one, so the engine cannot poll it). If the peer needs this message
+    before it joins that collective, both ranks wait for good: the watchdog ends the job at the
+    group's timeout. Past :data:`STALL` seconds this says so, once, while there is time to read it.
+    """
+    lock = work._lock
+    watch = work._spec.p2p and _T.owner is not None
+    if not lock.acquire(timeout=STALL if watch else -1):
+        warnings.warn(
+            f"{work._spec.fn}: waited {STALL:g} s behind {_T.pending - 1} call(s) posted before it with "
+            f"async_op=True; at thread level {_T.level} only one thread may be inside MPI, so if the peer "
+            "needs this message before it joins those calls, neither rank can go on (the watchdog ends "
+            "the job at the group's timeout); expected the point-to-point call posted before the "
+            "collective, or MPICOMM_THREAD_LEVEL=multiple, where it runs beside the queue",
+            RuntimeWarning,
+            stacklevel=_outside(),
+        )
+        lock.acquire()
+    lock.release()
+
+
+def _outside() -> int:
+    """The ``stacklevel`` of the program's frame that called mpicomm (the door's frames vary)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 #: The gate's slow path, for a host that makes the gate's test itself (:func:`wanted`).
@@ -513,6 +636,8 @@ def wanted(p2p: bool = False, group: Any = None) -> bool:
         >>> wanted() in (True, False)
         True
     """
+    if _Q.failed is not None:
+        return True  # an earlier call failed: the gate's slow path raises its error
     if p2p and _T.owner is None and not _Q.p2p:
         return False  # the lane beside the queued collectives: the caller runs it here
     if group is not None and not getattr(group, "is_member", True):

@@ -83,3 +83,120 @@ def test_a_first_call_made_async_starts_mpi_on_the_programs_thread(tmp_path: Pat
     status, out, _ = run_job(tmp_path, FIRST, 2, {})
     assert status == 0, out
     assert "rank 0 sum 4" in out and "rank 1 sum 4" in out, out
+
+
+BROKEN = """
+    import os
+    import numpy as np
+    import mpicomm as dist
+
+    dist.init_process_group("gloo")
+    w, r = dist.get_world_size(), dist.get_rank()
+    lines = []
+    outs = [np.zeros(2) for _ in range(w)]
+    outs[r] = np.zeros(3)  # this rank's own slot: the host refuses it on the engine, on every rank
+    work = dist.all_to_all(outs, [np.ones(2) for _ in range(w)], async_op=True)
+    try:  # refused at the post if the engine has failed already, else by its Work's wait
+        dist.all_reduce(np.ones(2), async_op=True).wait()
+    except dist.DistError as exc:
+        lines.append(f"queued after: {type(exc).__name__}: {exc}")
+    try:
+        work.wait()
+    except dist.ArgumentError as exc:
+        lines.append(f"wait: ArgumentError: {exc}")
+    calls = {
+        "all_reduce": lambda: dist.all_reduce(np.ones(1)),
+        "barrier": dist.barrier,
+        "send": lambda: dist.send(np.ones(1), (r + 1) % w),
+        "broadcast_object_list": lambda: dist.broadcast_object_list([1]),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+            lines.append(f"{name} ran")
+        except dist.DistError as exc:
+            lines.append(f"{name}: {type(exc).__name__}: {exc}")
+    lines.append("done")
+    with open(os.path.join(os.environ["JOB_OUT"], f"{r}.txt"), "w") as f:
+        f.write("\\n".join(lines))
+"""
+
+
+@pytest.mark.parametrize("level", ["serialized", "multiple"])
+def test_a_failed_queued_call_fails_its_wait_and_every_later_call(tmp_path: Path, level: str) -> None:
+    """The failure reaches wait(); the call queued behind it and every later call raise, none runs."""
+    status, out, _ = run_job(tmp_path, BROKEN, 3, {"MPICOMM_THREAD_LEVEL": level, "JOB_OUT": str(tmp_path)})
+    assert status == 0, out  # every error was caught: the job ends as the program does
+    failed = "all_to_all, run on mpicomm's communication thread, failed (ArgumentError: all_to_all: "
+    for r in range(3):
+        lines = (tmp_path / f"{r}.txt").read_text().splitlines()
+        assert lines[0].startswith(f"queued after: CommunicationError: all_reduce: not run: {failed}"), lines
+        assert lines[1].startswith(f"wait: ArgumentError: all_to_all: output_tensor_list[{r}] has 3 "), lines
+        for line, name in zip(
+            lines[2:6], ("all_reduce", "barrier", "send", "broadcast_object_list"), strict=True
+        ):
+            who = name if name in ("all_reduce", "send") else "mpicomm"  # outside the gate: its drain
+            assert line.startswith(f"{name}: CommunicationError: {who}: not run: {failed}"), lines
+        assert lines[6:] == ["done"], lines
+
+
+ONE_FAILS = """
+    import time
+    import numpy as np
+    import mpicomm as dist
+
+    dist.init_process_group("gloo")
+    w, r = dist.get_world_size(), dist.get_rank()
+    outs = [np.zeros(2) for _ in range(w)]
+    if r == 0:
+        outs[0] = np.zeros(3)  # rank 0 alone: it fails on its engine, the others wait in all_to_all
+    work = dist.all_to_all(outs, [np.ones(2) for _ in range(w)], async_op=True)
+    time.sleep(0.5)
+    work.wait()  # raises on rank 0, uncaught: the job ends
+    print(f"rank {r} went on", flush=True)
+"""
+
+
+def test_one_ranks_failure_on_the_engine_uncaught_ends_the_job(tmp_path: Path) -> None:
+    status, out, seconds = run_job(tmp_path, ONE_FAILS, 3, {})
+    assert status != 0, out
+    assert "ArgumentError: all_to_all: output_tensor_list[0] has 3 elements" in out, out
+    assert "went on" not in out, out
+    assert seconds < 30, f"took {seconds:.1f} s"
+
+
+SERIALIZED_P2P = """
+    import numpy as np
+    import mpicomm as dist
+    from mpicomm.core import engine
+
+    engine.STALL = 0.5
+    dist.init_process_group("gloo", timeout=4)
+    r = dist.get_rank()
+    x, y = np.ones(2), np.zeros(3)
+    if r == 0:
+        work = dist.all_reduce(x, async_op=True)
+        dist.send(np.full(3, 7.0), 1)  # rank 1 needs it before its all_reduce
+        work.wait()
+    else:
+        dist.recv(y, 0)
+        dist.all_reduce(x)
+    print(f"rank {r} went on {x[0]:g} {y[0]:g}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("level", ["serialized", "multiple"])
+def test_a_send_the_peer_needs_first_after_an_async_collective(tmp_path: Path, level: str) -> None:
+    """gloo's idiom: fine at multiple; at serialized the ranks wait for each other, said and ended."""
+    status, out, seconds = run_job(tmp_path, SERIALIZED_P2P, 2, {"MPICOMM_THREAD_LEVEL": level})
+    if level == "multiple":
+        assert status == 0, out
+        assert "rank 0 went on 2 0" in out and "rank 1 went on 2 7" in out, out
+        assert "waited" not in out, out
+        return
+    assert status != 0, out
+    assert "send: waited 0.5 s behind 1 call(s) posted before it with async_op=True" in out, out
+    assert "MPICOMM_THREAD_LEVEL=multiple" in out, out
+    assert "mpicomm watchdog: send on group world" in out, out
+    assert "went on" not in out, out
+    assert seconds < 40, f"took {seconds:.1f} s"
