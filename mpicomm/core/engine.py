@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import ArgumentTypeError, CommunicationError
-from . import calls, chunks, validation, watchdog
+from . import calls, chunks, lane, validation, watchdog
 from .groups import _State, resolve
 from .work import Work
 
@@ -76,13 +76,20 @@ class _Checks:
     """
 
     check: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], None] | None = None
+    #: A blocking send/recv as the in-MPI lane takes it (:mod:`mpicomm.core.lane`), or None.
+    message: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], Any] | None = None
 
 
-def precheck(check: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], None]) -> None:
+def precheck(
+    check: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], None],
+    message: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], Any] | None = None,
+) -> None:
     """Make ``check(fn, signature, args, kwargs)`` run before every asynchronous call is queued.
 
     It raises the call's argument error on the caller's thread (before any MPI call), so a mistake
     in an ``async_op=True`` call raises at the call, not at ``wait()``. It must not call MPI.
+    ``message(fn, signature, args, kwargs)``, if given, makes a blocking ``send``/``recv`` what the
+    in-MPI lane takes (:mod:`mpicomm.core.lane`), or None for one it does not serve.
 
     Example:
         >>> before = _Checks.check
@@ -90,6 +97,7 @@ def precheck(check: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str,
         >>> _Checks.check = before
     """
     _Checks.check = check
+    _Checks.message = message
 
 
 def pending() -> int:
@@ -329,6 +337,8 @@ def _start() -> None:
 
 def _loop(started: threading.Event) -> None:
     _T.engine = _get_ident()
+    if _T.owner is not None:
+        lane.start()  # below multiple: this thread alone may register it (the caller waits for started)
     started.set()
     while True:
         work = _Q.items.get()
@@ -566,14 +576,61 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
     check = _Checks.check
     if check is not None:  # a mistake raises here, not at wait(), and never breaks the queue (no MPI call)
         check(spec.fn, spec.signature, args, kw)
+    if (
+        spec.p2p
+        and not async_op
+        and not _Q.p2p
+        and lane.started() is not None
+        and _Checks.message is not None
+    ):
+        msg = _Checks.message(spec.fn, spec.signature, args, kw)
+        if msg is not None:  # below multiple: run inside the engine's collective (a peer may need it)
+            return _in_lane(spec, args, kw, msg)
+    if not async_op:  # the front door's token times the caller's wait; the engine's, the call
+        return _queued(spec, args, kw)  # its error raised here: the front door makes it the call's
     work = EngineWork(spec, args, kw)
-    work._posted = bool(async_op)
     submit(work)
-    if async_op:
-        return work
-    _await(work)  # the front door's token times the caller's wait; the engine's, the call
+    return work
+
+
+def _in_lane(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], msg: Any) -> Any:
+    """A blocking send/recv handed to the thread inside MPI (:mod:`mpicomm.core.lane`), waited for here.
+
+    Taken back and run here if the engine leaves MPI before it posted the message (nothing is inside
+    MPI then, and nothing can enter it: only this thread queues calls below multiple); completed
+    here if the engine left MPI with the message in flight.
+    """
+    slot = lane.started()
+    send, x, count, datatype, peer, tag, comm, ranks = msg
+    if not slot.post(send, x.ctypes.data, count, datatype, peer, tag, comm):
+        return _queued(spec, args, kw)
+    while True:
+        state = slot.wait(0.05)
+        if state in (lane.DONE, lane.FAILED):
+            break
+        if not _T.pending:  # the engine is out of MPI
+            if slot.take() is not None:  # still posted: nothing was sent or received
+                return spec.host(*args, **kw)
+            slot.finish()
+    state, error, source, _ = slot.take()
+    if state == lane.FAILED:
+        raise CommunicationError(
+            f"{spec.fn}: MPI reported error code {error} (posted on mpicomm's communication thread, "
+            "inside its collective)"
+        )
+    if send:
+        return None
+    return ranks[source] if 0 <= source < len(ranks) else -1
+
+
+def _queued(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+    """A blocking call queued behind the engine's calls, waited for here."""
+    work = EngineWork(spec, args, kw)
+    work._posted = False
+    submit(work)
+    _await(work)
     if work._raw is not None:
-        raise work._raw  # the front door makes it the error the call raises when it runs here
+        raise work._raw
     return work._out
 
 

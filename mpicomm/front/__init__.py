@@ -36,4 +36,11 @@ def _precheck(fn: str, signature: _Any, args: tuple[_Any, ...], kw: dict[str, _A
     check(fn, signature, args, kw)
 
 
-_engine.precheck(_precheck)
+def _message(fn: str, signature: _Any, args: tuple[_Any, ...], kw: dict[str, _Any]) -> _Any:
+    """A blocking send/recv as the engine's in-MPI lane takes it (:mod:`mpicomm.front.lane_message`)."""
+    from .lane_message import message
+
+    return message(fn, signature, args, kw)
+
+
+_engine.precheck(_precheck, _message)

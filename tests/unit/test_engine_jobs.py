@@ -172,31 +172,47 @@ SERIALIZED_P2P = """
 
     engine.STALL = 0.5
     dist.init_process_group("gloo", timeout=4)
-    r = dist.get_rank()
-    x, y = np.ones(2), np.zeros(3)
-    if r == 0:
-        work = dist.all_reduce(x, async_op=True)
-        dist.send(np.full(3, 7.0), 1)  # rank 1 needs it before its all_reduce
-        work.wait()
-    else:
-        dist.recv(y, 0)
-        dist.all_reduce(x)
-    print(f"rank {r} went on {x[0]:g} {y[0]:g}", flush=True)
+    w, r = dist.get_world_size(), dist.get_rank()
+    x, y = np.full(2, float(r)), np.zeros(3)
+    nxt, prv = (r + 1) % w, (r - 1) % w
+    for rep in range(3):
+        if r == 0:  # gloo's idiom: post, then send what the next rank needs before its all_reduce
+            work = dist.all_reduce(x, async_op=True)
+            dist.send(np.full(3, 7.0 + rep) if STRIDED == 0 else np.full(6, 7.0 + rep)[::2], nxt)
+            got = dist.recv(y, prv)  # the last rank sends it before its all_reduce too
+            work.wait()
+        else:
+            got = dist.recv(y, prv)
+            dist.send(np.full(3, 7.0 + rep), nxt)
+            dist.all_reduce(x)
+        print(f"rank {r} rep {rep}: sum {x[0]:g} got {y[0]:g} from {got}", flush=True)
 """
 
 
 @pytest.mark.parametrize("level", ["serialized", "multiple"])
-def test_a_send_the_peer_needs_first_after_an_async_collective(tmp_path: Path, level: str) -> None:
-    """gloo's idiom: fine at multiple; at serialized the ranks wait for each other, said and ended."""
-    status, out, seconds = run_job(tmp_path, SERIALIZED_P2P, 2, {"MPICOMM_THREAD_LEVEL": level})
-    if level == "multiple":
-        assert status == 0, out
-        assert "rank 0 went on 2 0" in out and "rank 1 went on 2 7" in out, out
-        assert "waited" not in out, out
-        return
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_send_the_peer_needs_first_after_an_async_collective(
+    tmp_path: Path, level: str, ranks: int
+) -> None:
+    """gloo's idiom at both levels: at serialized the send runs inside the engine's collective (MPICH)."""
+    body = SERIALIZED_P2P.replace("STRIDED", "0")
+    status, out, _ = run_job(tmp_path, body, ranks, {"MPICOMM_THREAD_LEVEL": level})
+    assert status == 0, out
+    total = float(sum(range(ranks)))
+    for rep in range(3):
+        for r in range(ranks):
+            line = f"rank {r} rep {rep}: sum {total * ranks**rep:g} got {7 + rep:g} from {(r - 1) % ranks}"
+            assert line in out, out
+    assert "waited" not in out, out
+
+
+def test_a_send_the_lane_does_not_serve_waits_says_so_and_ends(tmp_path: Path) -> None:
+    """A strided send at serialized waits behind the collective: a warning says why; the watchdog ends it."""
+    body = SERIALIZED_P2P.replace("STRIDED", "1")
+    status, out, seconds = run_job(tmp_path, body, 2, {"MPICOMM_THREAD_LEVEL": "serialized"})
     assert status != 0, out
     assert "send: waited 0.5 s behind 1 call(s) posted before it with async_op=True" in out, out
     assert "MPICOMM_THREAD_LEVEL=multiple" in out, out
     assert "mpicomm watchdog: send on group world" in out, out
-    assert "went on" not in out, out
+    assert "rep 0:" not in out, out
     assert seconds < 40, f"took {seconds:.1f} s"
