@@ -19,6 +19,12 @@ At ``MPI_THREAD_MULTIPLE`` point-to-point calls take their own lane: they run on
 thread beside a queued collective (MPI matches them apart from collectives), unless an earlier
 point-to-point call is still queued (MPI's non-overtaking order). So a rank may post an
 asynchronous collective and then send what its peer needs before that collective, as on gloo.
+Below it, a blocking ``send``/``recv`` is run by the thread inside MPI, from inside the collective
+(MPICH's ``MPIX_Async_start``, :mod:`mpicomm.core.lane`).
+
+A queued call's arguments are checked on the caller's thread before it is queued (:func:`precheck`);
+a call that fails on the engine fails its Work and every later call of the rank
+(:mod:`mpicomm.core.engine_work`).
 """
 
 from __future__ import annotations
@@ -61,10 +67,7 @@ class _Checks:
     message: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], Any] | None = None
 
 
-def precheck(
-    check: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], None],
-    message: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], Any] | None = None,
-) -> None:
+def precheck(check: Callable[..., None], message: Callable[..., Any] | None = None) -> None:
     """Make ``check(fn, signature, args, kwargs)`` run before every asynchronous call is queued.
 
     It raises the call's argument error on the caller's thread (before any MPI call), so a mistake

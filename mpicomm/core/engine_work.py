@@ -1,8 +1,8 @@
 """The Work of a call the engine runs, the engine's queue state, and its failure rule.
 
 Apart from :mod:`mpicomm.core.engine` (its queue's thread and the gate) to keep each module short:
-:class:`EngineWork` is what ``async_op=True`` returns; :func:`drain` waits for the queue to empty;
-after a call run by the engine fails, :func:`_refuse` raises its error at every later call.
+``EngineWork`` is what ``async_op=True`` returns; :func:`drain` waits for the queue to empty;
+after a call run by the engine fails, ``_refuse`` raises its error at every later call.
 """
 
 from __future__ import annotations

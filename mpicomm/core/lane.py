@@ -8,12 +8,12 @@ non-blocking collective with the blocking one the peer makes (and ``MPI_Iallredu
 costs 2-3x an 8-byte ``MPI_Allreduce``, measured, where the blocking fast path has 1.2x).
 
 MPICH 4.2 and later let a program register a poll function that MPI's progress engine calls from
-inside any MPI call (``MPIX_Async_start``). The engine registers one (:mod:`mpicomm.core._lane`)
+inside any MPI call (``MPIX_Async_start``). The engine registers one (``mpicomm/core/_lane.c``)
 on its own thread as it starts; the program's blocking ``send`` or ``recv`` of a contiguous numpy
 array then fills its slot, and the thread inside MPI posts it (``MPI_Isend``/``MPI_Irecv``) and
 tests it there until it completes: still one thread inside MPI at a time. Elsewhere (Open MPI, an
 older MPICH, a strided or device buffer, ``MPICOMM_C=0``) the call waits behind the queue, and
-warns after :data:`mpicomm.core.engine.STALL` seconds (docs/sharp-bits.rst).
+warns after ``mpicomm.core.engine.STALL`` seconds (docs/sharp-bits.rst).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The engine (:mod:`mpicomm.core.engine`) runs a queued call's host on its own thr
 checks its arguments there; without these checks a mistake in an ``async_op=True`` call would
 surface only at ``wait()``. Each public call that can be queued has a row here: what each argument
 is (an input array, an output array, a list of them, an op, a root, a peer, a tag), checked with the
-very helpers its host uses (:mod:`mpicomm.core.buffers`, :func:`~mpicomm.core.groups.root_rank`,
+very helpers its host uses (``mpicomm.core.buffers``, ``mpicomm.core.groups.root_rank``,
 the point-to-point peers and tags), so the message is the one a blocking call raises. None of them
 calls MPI: the engine may be inside MPI meanwhile, and below ``MPI_THREAD_MULTIPLE`` this thread
 may not be. The host checks again on the engine's thread (a few microseconds; what a row leaves
@@ -13,7 +13,6 @@ out, such as validation mode's cross-rank records, is still caught there and rai
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -94,12 +93,12 @@ _ROWS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
 }
 
 
-def check(fn: str, signature: inspect.Signature, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+def check(fn: str, signature: Any, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
     """Raise what the host of ``fn`` would raise for a mistake in these arguments, before any MPI call.
 
     Args:
         fn: The public name (a call without a row is not checked here).
-        signature: The host's signature, to name the arguments.
+        signature: The host's ``inspect.Signature``, to name the arguments.
         args: The call's positional arguments, as the host receives them (the front door's views).
         kw: Its keyword arguments.
 
