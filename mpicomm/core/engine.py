@@ -332,15 +332,18 @@ def _in_lane(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], msg: Any) ->
     send, x, count, datatype, peer, tag, comm, ranks = msg
     if not slot.post(send, x.ctypes.data, count, datatype, peer, tag, comm):
         return _queued(spec, args, kw)
+    lane.hold(x)  # kept until the slot is empty again, even if this wait is interrupted
     while True:
         state = slot.wait(0.05)
         if state in (lane.DONE, lane.FAILED):
             break
         if not _T.pending:  # the engine is out of MPI
             if slot.take() is not None:  # still posted: nothing was sent or received
+                lane.hold(None)
                 return spec.host(*args, **kw)
             slot.finish()
     state, error, source, _ = slot.take()
+    lane.hold(None)
     if state == lane.FAILED:
         raise CommunicationError(
             f"{spec.fn}: MPI reported error code {error} (posted on mpicomm's communication thread, "

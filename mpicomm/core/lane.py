@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import _mpi
 
-__all__ = ["DONE", "FAILED", "start", "started"]
+__all__ = ["DONE", "FAILED", "hold", "start", "started"]
 
 #: The slot's states (mpicomm/core/_lane.c).
 IDLE, POSTED, FLIGHT, DONE, FAILED = range(5)
@@ -36,6 +36,12 @@ _STREAM_NULL = 0x3C000000
 class _Lane:
     module: Any = None
     why = "not started (the engine starts it below MPI_THREAD_MULTIPLE)"
+    held: Any = None  # the array of the message in the slot: MPI reads or writes it until it is empty
+
+
+def hold(array: Any) -> None:
+    """Keep ``array`` alive while its message is in the slot (None: the slot is empty again)."""
+    _Lane.held = array
 
 
 def started() -> Any:

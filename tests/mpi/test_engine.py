@@ -221,3 +221,31 @@ def test_sendrecv_and_broadcast_behind_a_queued_collective(world, rng):
     assert work.wait() and bw.wait()
     np.testing.assert_array_equal(x, xs.sum(0))
     np.testing.assert_array_equal(b, np.full(2, float(w - 1)))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_point_to_point_beside_the_queue_any_source_no_peer_and_tensors(world, rng):
+    """Beside a queued all_reduce, rank 0 sends a tensor rank 1 needs first, sends to no peer, and
+    receives from any source what the last rank sends before joining."""
+    torch = pytest.importorskip("torch")
+    _needs_p2p_beside_the_queue()
+    w, r = world.size(), world.rank()
+    xs = _inputs(rng, w, 3)
+    x = xs[r].copy()
+    if r == 0:
+        work = mpicomm.all_reduce(x, async_op=True)
+        assert mpicomm.send(np.ones(2), dst=MPI.PROC_NULL) is None  # no peer: nothing moves
+        mpicomm.send(torch.arange(4.0), dst=1, tag=5)  # rank 1 waits for it before its all_reduce
+        got = torch.zeros(4)
+        src = mpicomm.recv(got, src=None, tag=6)  # any source
+        assert src == w - 1 and got.tolist() == [float(w - 1)] * 4
+        assert work.wait()
+    else:
+        if r == 1:
+            first = torch.zeros(4)
+            assert mpicomm.recv(first, src=0, tag=5) == 0
+            assert first.tolist() == [0.0, 1.0, 2.0, 3.0]
+        if r == w - 1:
+            mpicomm.send(torch.full((4,), float(r)), dst=0, tag=6)
+        mpicomm.all_reduce(x)
+    np.testing.assert_array_equal(x, xs.sum(0))
