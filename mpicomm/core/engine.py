@@ -335,15 +335,16 @@ def _in_lane(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], msg: Any) ->
     lane.hold(x)  # kept until the slot is empty again, even if this wait is interrupted
     while True:
         state = slot.wait(0.05)
-        if state in (lane.DONE, lane.FAILED):
+        if state not in (lane.DONE, lane.FAILED) and _T.pending:
+            continue  # the engine is inside MPI (or about to be): its poll function serves the slot
+        out = slot.take()  # done, failed, or still posted (taken back); None while in flight
+        if out is not None:
             break
-        if not _T.pending:  # the engine is out of MPI
-            if slot.take() is not None:  # still posted: nothing was sent or received
-                lane.hold(None)
-                return spec.host(*args, **kw)
-            slot.finish()
-    state, error, source, _ = slot.take()
+        slot.finish()  # in flight, and the engine is out of MPI: complete it on this thread
     lane.hold(None)
+    state, error, source, _ = out
+    if state == lane.POSTED:  # taken back before the engine posted it: nothing moved, run it here
+        return spec.host(*args, **kw)
     if state == lane.FAILED:
         raise CommunicationError(
             f"{spec.fn}: MPI reported error code {error} (posted on mpicomm's communication thread, "

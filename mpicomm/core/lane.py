@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import _mpi
 
-__all__ = ["DONE", "FAILED", "hold", "start", "started"]
+__all__ = ["DONE", "FAILED", "POSTED", "hold", "start", "started"]
 
 #: The slot's states (mpicomm/core/_lane.c).
 IDLE, POSTED, FLIGHT, DONE, FAILED = range(5)

@@ -249,3 +249,24 @@ def test_point_to_point_beside_the_queue_any_source_no_peer_and_tensors(world, r
             mpicomm.send(torch.full((4,), float(r)), dst=0, tag=6)
         mpicomm.all_reduce(x)
     np.testing.assert_array_equal(x, xs.sum(0))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_recv_beside_a_collective_that_ends_first(world, rng):
+    """The collective ends while the recv waits (its message comes after): the recv completes on the
+    program's thread, whether the engine had posted it or not. Repeated so both happen."""
+    _needs_p2p_beside_the_queue()
+    w, r = world.size(), world.rank()
+    for rep in range(30):
+        x = np.full(2, float(r + rep))
+        if r == 0:
+            work = mpicomm.all_reduce(x, async_op=True)
+            got = np.zeros(3)
+            assert mpicomm.recv(got, src=1, tag=rep) == 1  # rank 1 sends it after its all_reduce
+            np.testing.assert_array_equal(got, np.full(3, float(rep)))
+            assert work.wait()
+        else:
+            mpicomm.all_reduce(x)
+            if r == 1:
+                mpicomm.send(np.full(3, float(rep)), dst=0, tag=rep)
+        np.testing.assert_array_equal(x, np.full(2, float(sum(range(w)) + w * rep)))
