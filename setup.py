@@ -23,5 +23,6 @@ setup(
             optional=True,
         ),
         Extension("mpicomm.front._door", ["mpicomm/front/_door.c"], optional=True),
+        Extension("mpicomm.core._lane", ["mpicomm/core/_lane.c"], optional=True),
     ]
 )

@@ -121,6 +121,15 @@ PLUGS: tuple[Plug, ...] = (
         "mpicomm.core.engine.EngineWork.is_completed",
         "only with MPICOMM_TRACE set: as Work.is_completed above, for the engine's Work.",
     ),
+    Plug(
+        "mpicomm.front",
+        "mpicomm.core.engine.precheck",
+        "the checks a queued call makes on the caller's thread (mpicomm.front.prechecks) use the data "
+        "paths' own helpers, which the engine may not import (it sits below them); passed at every "
+        "call, they would change the signature of every gated host and of the inline gates (issue 41: "
+        "an async call's argument error raises at the call). Also the in-MPI lane's message "
+        "(mpicomm.front.lane_message).",
+    ),
 )
 
 

@@ -19,28 +19,35 @@ At ``MPI_THREAD_MULTIPLE`` point-to-point calls take their own lane: they run on
 thread beside a queued collective (MPI matches them apart from collectives), unless an earlier
 point-to-point call is still queued (MPI's non-overtaking order). So a rank may post an
 asynchronous collective and then send what its peer needs before that collective, as on gloo.
+Below it, a blocking ``send``/``recv`` is run by the thread inside MPI, from inside the collective
+(MPICH's ``MPIX_Async_start``, :mod:`mpicomm.core.lane`).
+
+A queued call's arguments are checked on the caller's thread before it is queued (:func:`precheck`);
+a call that fails on the engine fails its Work and every later call of the rank
+(:mod:`mpicomm.core.engine_work`).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import datetime
 import functools
 import inspect
 import os
-import queue
+import sys
 import threading
-import time
+import types
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import ArgumentTypeError, CommunicationError
-from . import calls, chunks, validation, watchdog
+from . import calls, chunks, lane, validation, watchdog
+from .engine_work import _Q, EngineWork, _broken, _refuse, drain
 from .groups import _State, resolve
 from .work import Work
 
-__all__ = ["EngineWork", "Spec", "drain", "gate", "pending", "submit", "through", "wanted"]
+__all__ = ["EngineWork", "Spec", "drain", "gate", "pending", "precheck", "submit", "through", "wanted"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,19 +55,33 @@ _T = watchdog._Threads
 _get_ident = threading.get_ident
 
 
-class _Queue:
-    """The engine's queue, its thread and the condition :func:`drain` waits on."""
+class _Checks:
+    """The arguments' check an asynchronous call makes on the caller's thread before it is queued.
 
-    items: queue.SimpleQueue[EngineWork | None] = queue.SimpleQueue()
-    cond = threading.Condition(threading.Lock())
-    thread: threading.Thread | None = None
-    p2p = 0  # point-to-point calls queued and not yet run (their own lane waits for them)
-    stopping = False
-    #: ``MPICOMM_ENGINE=0``: no engine; ``async_op=True`` runs the call at once, its Work complete.
-    enabled = os.environ.get("MPICOMM_ENGINE", "1").strip() != "0"
+    Set by the front door (:mod:`mpicomm.front.prechecks`, through :func:`precheck`): the engine
+    sits below the data paths whose checks it runs, so it is handed the function, never imports it.
+    """
+
+    check: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], None] | None = None
+    #: A blocking send/recv as the in-MPI lane takes it (:mod:`mpicomm.core.lane`), or None.
+    message: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], Any] | None = None
 
 
-_Q = _Queue
+def precheck(check: Callable[..., None], message: Callable[..., Any] | None = None) -> None:
+    """Make ``check(fn, signature, args, kwargs)`` run before every asynchronous call is queued.
+
+    It raises the call's argument error on the caller's thread (before any MPI call), so a mistake
+    in an ``async_op=True`` call raises at the call, not at ``wait()``. It must not call MPI.
+    ``message(fn, signature, args, kwargs)``, if given, makes a blocking ``send``/``recv`` what the
+    in-MPI lane takes (:mod:`mpicomm.core.lane`), or None for one it does not serve.
+
+    Example:
+        >>> before = _Checks.check
+        >>> precheck(lambda fn, signature, args, kw: None)
+        >>> _Checks.check = before
+    """
+    _Checks.check = check
+    _Checks.message = message
 
 
 def pending() -> int:
@@ -82,199 +103,6 @@ class Spec:
         names = list(self.signature.parameters)
         self.group_at = names.index("group") if "group" in names else -1
         self.site = watchdog.Site(f"{fn} (run on mpicomm's communication thread)")
-
-
-class EngineWork(Work):
-    """The Work of a call the engine runs: complete once the engine has run it (and what it posted ended).
-
-    ``wait(timeout)`` raises a :class:`~mpicomm.CommunicationError` after about ``timeout`` seconds
-    while the call is still queued or inside MPI (the call stays queued: a later wait can complete
-    it). A call that posts non-blocking operations (``isend``, ``irecv``) is complete when they are.
-    """
-
-    __slots__ = (
-        "_args",
-        "_asked",
-        "_callbacks",
-        "_final",
-        "_given",
-        "_inner",
-        "_kw",
-        "_lock",
-        "_out",
-        "_posted",
-        "_ran",
-        "_raw",
-        "_read_args",
-        "_spec",
-    )
-    __qualname__ = "Work"  # messages that name an argument's type say Work, as for any other Work
-
-    def __init__(self, spec: Spec, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
-        self._read_args = False
-        super().__init__([], fn=spec.fn)
-        # a device call's pipeline may have asked the chunk question for this call already (a mark
-        # kept per thread, mpicomm.core.chunks): it travels with the call to the engine's thread
-        self._asked = chunks._ASKED.answered
-        chunks._ASKED.answered = False
-        self._spec, self._args, self._kw = spec, args, kw
-        self._lock = threading.Lock()
-        self._lock.acquire()  # released by the engine once the call has run
-        self._ran = False
-        self._posted = True
-        self._out: Any = None
-        self._raw: BaseException | None = None
-        self._inner: Work | None = None
-        self._callbacks: list[Callable[[EngineWork], None]] = []
-        # What the Work's result will be made of: the arguments, as the front door maps them from
-        # its views to the caller's arrays (it sets _result on the Work it returns, pending or not).
-        self._given: list[Any] = [*args, *kw.values()]
-        self._final: list[Any] | None = None
-        self._read_args = False
-
-    # -- the result: the host's, its views replaced by what the front door put in their places
-
-    @property  # type: ignore[override]
-    def _result(self) -> list[Any]:
-        # The front door reads the result of the Work it returns and writes it back mapped (its views
-        # replaced by the caller's arrays). Before the call has run that is the arguments, whose
-        # mapped copy then translates the host's result; after, the host's result itself.
-        if self._final is not None:
-            return self._final
-        if not self._ran:
-            self._read_args = True
-            return self._given
-        if self._inner is None:
-            return []
-        result: list[Any] = _replaced(self._inner._result, [*self._args, *self._kw.values()], self._given)
-        return result
-
-    @_result.setter
-    def _result(self, value: list[Any]) -> None:
-        if self._read_args:
-            self._given, self._read_args = value, False
-        else:
-            self._final = value
-
-    # -- torch's Work
-
-    def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
-        """Block until the call has run (and what it posted completed) and return True.
-
-        Raises:
-            CommunicationError: the call failed (its error), or ``timeout`` passed first.
-        """
-        if not self._done:
-            self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        return True
-
-    def _wait(self, timeout: datetime.timedelta | float | None = None) -> None:
-        if not self._ran:
-            if _get_ident() == _T.engine:  # a callback of the engine's waits on a later call: run it
-                _run_until(self)
-            elif timeout is None:
-                self._lock.acquire()
-                self._lock.release()
-            else:
-                seconds = (
-                    timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
-                )
-                if not self._lock.acquire(timeout=max(seconds, 0.0)):
-                    raise CommunicationError(
-                        f"{self._fn}: Work.wait: the operation did not complete within {seconds:g} s; "
-                        "expected every rank of its group to take part (Timed out; the call stays "
-                        "queued on mpicomm's communication thread, so its arrays stay in use and a "
-                        "later wait() can still complete it)"
-                    )
-                self._lock.release()
-        inner = self._inner
-        if inner is not None and not inner._done:
-            if _T.pending and _get_ident() != _T.engine and _T.owner is not None:
-                drain(timeout, self._fn)  # the engine may be inside MPI: wait for the queue to empty
-            inner.wait(timeout) if timeout is not None else inner._wait()
-        self._finished()
-
-    def is_completed(self) -> bool:
-        """Whether the call has run and what it posted has completed (never blocks)."""
-        if self._done:
-            return True
-        if not self._ran:
-            return False
-        inner = self._inner
-        if inner is not None and not inner._done:
-            if _T.pending and _T.owner is not None and _get_ident() != _T.engine:
-                return False  # only the engine may enter MPI now: known when the queue empties
-            if not inner.is_completed():
-                return False
-        self._finished()
-        return True
-
-    def exception(self) -> BaseException | None:
-        """The error the call ended with, or None (also None while it runs)."""
-        if self._ran and self._error is None and self._inner is not None and self._inner._done:
-            return self._inner._error
-        return self._error
-
-    def source_rank(self) -> int:
-        """The world rank a completed ``irecv`` received from."""
-        self.wait()
-        return self._inner.source_rank() if self._inner is not None else -1
-
-    _source_rank = source_rank
-
-    def then_on_engine(self, callback: Callable[[EngineWork], None]) -> None:
-        """Run ``callback(self)`` once the engine has run the call (at once if it has).
-
-        It runs on the engine's thread before the engine takes its next call (as gloo's callbacks
-        run on its threads), or on this thread if the call has already run.
-        """
-        with _Q.cond:
-            if not self._ran:
-                self._callbacks.append(callback)
-                return
-        callback(self)
-
-    def _finished(self) -> None:
-        if self._done:
-            return
-        if self._error is None and self._inner is not None and self._inner._error is not None:
-            self._error = self._inner._error
-        self._done = True
-        self._keep = None
-
-    def __repr__(self) -> str:
-        state = "completed" if self._done else "running" if self._ran else "queued"
-        return f"<mpicomm.Work {self._fn} {state}>"
-
-
-EngineWork.__name__ = "Work"
-
-
-def _replaced(value: Any, before: list[Any], after: list[Any]) -> Any:
-    """``value`` with each object of ``before`` (by identity, also inside lists) replaced by ``after``'s."""
-    swap: dict[int, Any] = {}
-
-    def pair(a: Any, b: Any) -> None:
-        swap[id(a)] = b
-        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-            for x, y in zip(a, b, strict=True):
-                pair(x, y)
-
-    if len(before) == len(after):
-        for a, b in zip(before, after, strict=True):
-            pair(a, b)
-
-    def put(v: Any) -> Any:
-        if isinstance(v, list):
-            return [put(x) for x in v]
-        return swap.get(id(v), v)
-
-    return put(value)
-
-
-# -- the queue and its thread
 
 
 def submit(work: EngineWork) -> None:
@@ -300,6 +128,8 @@ def _start() -> None:
 
 def _loop(started: threading.Event) -> None:
     _T.engine = _get_ident()
+    if _T.owner is not None:
+        lane.start()  # below multiple: this thread alone may register it (the caller waits for started)
     started.set()
     while True:
         work = _Q.items.get()
@@ -311,6 +141,13 @@ def _loop(started: threading.Event) -> None:
 def _run(work: EngineWork) -> None:
     """Run one queued call: the host, as a blocking caller runs it; then its callbacks; then the next."""
     spec = work._spec
+    if _Q.failed is not None:  # behind a failed call: never run (a peer would pair it with another)
+        try:
+            _refuse(spec.fn)
+        except CommunicationError as exc:
+            work._raw = work._error = exc
+        _done(work)
+        return
     token = (watchdog._count(), spec.site, _group_of(work), None)
     watchdog._live.append(token)  # the watchdog times the call where it runs
     before = validation._Flag.exchanges
@@ -327,15 +164,21 @@ def _run(work: EngineWork) -> None:
             work._inner.is_completed()
     except Exception as exc:
         work._raw = exc
+        error = calls.failed(spec.fn, exc, before, spec.validated, spec.signature, work._args, work._kw)
         if work._posted:  # a blocking caller raises it itself, through the front door
-            work._error = calls.failed(
-                spec.fn, exc, before, spec.validated, spec.signature, work._args, work._kw
-            )
+            work._error = error
+        _broken(spec.fn, error)
     except BaseException as exc:  # KeyboardInterrupt and the like: the Work reports it
         work._raw = work._error = exc
+        _broken(spec.fn, exc)
     finally:
         watchdog._live.remove(token)
         chunks._ASKED.answered = False
+    _done(work)
+
+
+def _done(work: EngineWork) -> None:
+    """The call has run (or was refused): its callbacks, the queue's counts, then its waiters."""
     with _Q.cond:
         work._ran = True
         callbacks, work._callbacks = work._callbacks, []
@@ -344,7 +187,7 @@ def _run(work: EngineWork) -> None:
             callback(work)
     with _Q.cond:
         _T.pending -= 1
-        if spec.p2p:
+        if work._spec.p2p:
             _Q.p2p -= 1
         _Q.cond.notify_all()
     work._lock.release()  # last: a caller waiting on it then finds the engine out of MPI
@@ -370,34 +213,6 @@ def _group_of(work: EngineWork) -> Any:
     return group
 
 
-def drain(timeout: datetime.timedelta | float | None = None, fn: str = "mpicomm") -> None:
-    """Wait until the engine has run every queued call (a call outside the gate is about to enter MPI).
-
-    Args:
-        timeout: Raise after this long (a ``timedelta`` or seconds); None: wait as long as it takes
-            (the watchdog bounds each queued call).
-        fn: The call that waits, for the message.
-
-    Raises:
-        CommunicationError: ``timeout`` passed with calls still queued.
-    """
-    if _get_ident() == _T.engine:
-        return
-    seconds = None
-    if timeout is not None:
-        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
-    deadline = None if seconds is None else time.monotonic() + seconds
-    with _Q.cond:
-        while _T.pending:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise CommunicationError(
-                    f"{fn}: {_T.pending} call(s) posted with async_op=True did not complete within "
-                    f"{seconds:g} s; expected every rank of their groups to take part (Timed out)"
-                )
-            _Q.cond.wait(left)
-
-
 def _stop() -> None:
     """At exit: let the engine finish what is queued (the watchdog bounds it), then end its thread.
 
@@ -411,6 +226,7 @@ def _stop() -> None:
     thread.join()
 
 
+_Q.run_until = _run_until  # EngineWork.wait on the engine's own thread (a callback's wait)
 atexit.register(_stop)
 watchdog._drainer = drain  # calls outside the gate wait for the queue (watchdog.serial)
 
@@ -464,6 +280,7 @@ def gate(
 
 def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: Any) -> Any:
     """A call that does not take the fast path: queued (or on its own lane) and, if blocking, waited for."""
+    _refuse(spec.fn)  # after a failed call nothing enters MPI (_broken)
     me = _get_ident()
     if me == _T.engine:  # a callback on the engine's thread calls again: it runs at its place in order
         return spec.host(*args, **kw)
@@ -484,16 +301,111 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
         return spec.host(*args, **kw)
     if _State.world is None:  # MPI starts on the first call, on the caller's thread (it owns MPI then)
         resolve(None, spec.fn)
+    check = _Checks.check
+    if check is not None:  # a mistake raises here, not at wait(), and never breaks the queue (no MPI call)
+        check(spec.fn, spec.signature, args, kw)
+    if (
+        spec.p2p
+        and not async_op
+        and not _Q.p2p
+        and lane.started() is not None
+        and _Checks.message is not None
+    ):
+        msg = _Checks.message(spec.fn, spec.signature, args, kw)
+        if msg is not None:  # below multiple: run inside the engine's collective (a peer may need it)
+            return _in_lane(spec, args, kw, msg)
+    if not async_op:  # the front door's token times the caller's wait; the engine's, the call
+        return _queued(spec, args, kw)  # its error raised here: the front door makes it the call's
     work = EngineWork(spec, args, kw)
-    work._posted = bool(async_op)
     submit(work)
-    if async_op:
-        return work
-    work._lock.acquire()  # the front door's token times the caller's wait; the engine's, the call
-    work._lock.release()
+    return work
+
+
+def _in_lane(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], msg: Any) -> Any:
+    """A blocking send/recv handed to the thread inside MPI (:mod:`mpicomm.core.lane`), waited for here.
+
+    Taken back and run here if the engine leaves MPI before it posted the message (nothing is inside
+    MPI then, and nothing can enter it: only this thread queues calls below multiple); completed
+    here if the engine left MPI with the message in flight.
+    """
+    slot = lane.started()
+    send, x, count, datatype, peer, tag, comm, ranks = msg
+    if not slot.post(send, x.ctypes.data, count, datatype, peer, tag, comm):
+        return _queued(spec, args, kw)
+    lane.hold(x)  # kept until the slot is empty again, even if this wait is interrupted
+    while True:
+        state = slot.wait(0.05)
+        if state not in (lane.DONE, lane.FAILED) and _T.pending:
+            continue  # the engine is inside MPI (or about to be): its poll function serves the slot
+        out = slot.take()  # done, failed, or still posted (taken back); None while in flight
+        if out is not None:
+            break
+        slot.finish()  # in flight, and the engine is out of MPI: complete it on this thread
+    lane.hold(None)
+    state, error, source, _ = out
+    if state == lane.POSTED:  # taken back before the engine posted it: nothing moved, run it here
+        return spec.host(*args, **kw)
+    if state == lane.FAILED:
+        raise CommunicationError(
+            f"{spec.fn}: MPI reported error code {error} (posted on mpicomm's communication thread, "
+            "inside its collective)"
+        )
+    if send:
+        return None
+    return ranks[source] if 0 <= source < len(ranks) else -1
+
+
+def _queued(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+    """A blocking call queued behind the engine's calls, waited for here."""
+    work = EngineWork(spec, args, kw)
+    work._posted = False
+    submit(work)
+    _await(work)
     if work._raw is not None:
-        raise work._raw  # the front door makes it the error the call raises when it runs here
+        raise work._raw
     return work._out
+
+
+#: Seconds a blocking point-to-point call waits behind queued calls, below ``MPI_THREAD_MULTIPLE``,
+#: before it warns that its peer may be waiting for it (:func:`_await`).
+STALL = 10.0
+
+
+def _await(work: EngineWork) -> None:
+    """Wait for the engine to have run the blocking call ``work``; warn about the serialized deadlock.
+
+    Below ``MPI_THREAD_MULTIPLE`` a point-to-point call queued behind a collective cannot run before
+    it (only one thread may be inside MPI, and MPI never matches the blocking collective a peer
+    makes with a non-blocking one, so the engine cannot poll it). If the peer needs this message
+    before it joins that collective, both ranks wait for good: the watchdog ends the job at the
+    group's timeout. Past :data:`STALL` seconds this says so, once, while there is time to read it.
+    """
+    lock = work._lock
+    watch = work._spec.p2p and _T.owner is not None
+    if not lock.acquire(timeout=STALL if watch else -1):
+        warnings.warn(
+            f"{work._spec.fn}: waited {STALL:g} s behind {_T.pending - 1} call(s) posted before it with "
+            f"async_op=True; at thread level {_T.level} only one thread may be inside MPI, so if the peer "
+            "needs this message before it joins those calls, neither rank can go on (the watchdog ends "
+            "the job at the group's timeout); expected the point-to-point call posted before the "
+            "collective, or MPICOMM_THREAD_LEVEL=multiple, where it runs beside the queue",
+            RuntimeWarning,
+            stacklevel=_outside(),
+        )
+        lock.acquire()
+    lock.release()
+
+
+def _outside() -> int:
+    """The ``stacklevel`` of the program's frame that called mpicomm (the door's frames vary)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 #: The gate's slow path, for a host that makes the gate's test itself (:func:`wanted`).
@@ -513,6 +425,8 @@ def wanted(p2p: bool = False, group: Any = None) -> bool:
         >>> wanted() in (True, False)
         True
     """
+    if _Q.failed is not None:
+        return True  # an earlier call failed: the gate's slow path raises its error
     if p2p and _T.owner is None and not _Q.p2p:
         return False  # the lane beside the queued collectives: the caller runs it here
     if group is not None and not getattr(group, "is_member", True):

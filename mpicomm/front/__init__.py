@@ -19,3 +19,28 @@ May import: the data paths (``mpicomm.dense``, ``mpicomm.jagged``, ``mpicomm.obj
 ``mpicomm.gpu``), ``mpicomm.core``, ``mpicomm.errors``. Nothing above it imports it but
 ``mpicomm/__init__.py``, the torch room (``mpicomm.c10d``) and the programs in ``mpicomm.apps``.
 """
+
+from typing import Any as _Any
+
+from ..core import engine as _engine
+
+
+def _precheck(fn: str, signature: _Any, args: tuple[_Any, ...], kw: dict[str, _Any]) -> None:
+    """An asynchronous call's arguments, checked before it is queued (:mod:`mpicomm.front.prechecks`).
+
+    Handed to the engine here, where every door (collectives, coalesced) passes first; the checks
+    load with the first asynchronous call.
+    """
+    from .prechecks import check
+
+    check(fn, signature, args, kw)
+
+
+def _message(fn: str, signature: _Any, args: tuple[_Any, ...], kw: dict[str, _Any]) -> _Any:
+    """A blocking send/recv as the engine's in-MPI lane takes it (:mod:`mpicomm.front.lane_message`)."""
+    from .lane_message import message
+
+    return message(fn, signature, args, kw)
+
+
+_engine.precheck(_precheck, _message)

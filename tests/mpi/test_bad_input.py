@@ -1542,9 +1542,9 @@ ASYNC = {
 
 @pytest.mark.parametrize("fn", sorted(ASYNC))
 def test_async_op_raises_at_the_call(world: mpicomm.ProcessGroup, fn: str) -> None:
-    """async_op=True checks the same arguments, before any MPI call: an argument the front door refuses
-    raises at the call; one the host refuses raises at Work.wait() (the host runs on mpicomm's
-    communication thread, docs/sharp-bits.rst), never later and never as another error."""
+    """async_op=True checks the same arguments, before any MPI call, at the call: the front door's and
+    the host's (checked on the caller's thread before the call is queued, mpicomm.front.prechecks),
+    never later and never as another error."""
     call, exc, builtin, words = ASYNC[fn]
     with fails(exc, builtin, fn.split("-")[0], *[x.format(r=world.rank()) for x in words]):
         work = call(world.size(), world.rank())
