@@ -251,3 +251,37 @@ def test_point_to_point_threads_share_a_group(world: mpicomm.ProcessGroup) -> No
     assert got == [float(left * 100 + i) for i in range(50)]
     assert group not in busy._RACED
     mpicomm.destroy_process_group(group)
+
+
+def test_object_collectives_of_two_threads_on_one_group_give_right_data_or_the_error(
+    world: mpicomm.ProcessGroup,
+) -> None:
+    """The calls outside the front door (``core.calls.collective``: objects, barrier) hold their group too."""
+    n, r = world.size(), world.rank()
+    group = mpicomm.new_group(list(range(n)), timeout=60)
+    outcomes: list[str] = []
+    crashed: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(40):
+                out: list[Any] = [None] * n
+                try:
+                    mpicomm.all_gather_object(out, (t, i, r), group=group)
+                except DistError as exc:
+                    assert "all_gather_object: two threads called on group" in str(exc), exc
+                    outcomes.append("raised")
+                    continue
+                outcomes.append("right" if out == [(t, i, s) for s in range(n)] else "WRONG")
+        except BaseException as exc:
+            crashed.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not crashed, crashed
+    assert len(outcomes) == 80 and "WRONG" not in outcomes, outcomes
+    assert group not in busy._BUSY
+    mpicomm.destroy_process_group(group)
