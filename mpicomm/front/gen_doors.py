@@ -42,8 +42,8 @@ built: it serves numpy calls itself and hands every other call to this wrapper).
 
 1. puts the watchdog's token on the live list (below ``MPI_THREAD_MULTIPLE`` only the thread that
    started MPI may call; at ``MPI_THREAD_MULTIPLE`` a call that takes no ``tag`` holds its group,
-   :mod:`mpicomm.core.busy`, and another thread's call on it is refused), and takes it off when the
-   call is over;
+   :mod:`mpicomm.core.busy`: another thread's call on it marks it raced, and calls on a raced group
+   raise), and takes it off when the call is over;
 2. passes a call whose arrays are all numpy (and whose ``async_op`` is a bool) to the host as it
    came;
 3. passes torch CPU tensors as their numpy views (kept while the tensor is unchanged), and answers
