@@ -4,13 +4,13 @@ MPI matches the collectives of one communicator by their order on each rank. Two
 calling on one group at once enter in an order the other ranks do not share, so calls of different
 threads pair up across ranks and return each other's data, silently (issue 44: about 400 of 400
 calls of two hammering threads were wrong). Below ``MPI_THREAD_MULTIPLE`` only the thread that
-started MPI may call (:func:`mpicomm.core.watchdog.serial`); at ``MPI_THREAD_MULTIPLE`` the front
+started MPI may call (``mpicomm.core.watchdog.serial``); at ``MPI_THREAD_MULTIPLE`` the front
 door (``mpicomm/front/_doors.py`` and the C door, ``mpicomm/front/_door.c``) keeps here, for each
 group, the watchdog token of the call inside it (:func:`hold`, :func:`let_go`). A call on a group
 that another thread's call is inside:
 
 * marks the group *raced* on this rank, naming the call, the group and the two threads
-  (:data:`_RACED`): from then on this rank's calls on it may pair with other calls on the other
+  (``_RACED``): from then on this rank's calls on it may pair with other calls on the other
   ranks, so every call on it raises a :class:`~mpicomm.DistError` as it returns (:func:`spoiled`),
   the call that was inside included: no call on a raced group returns data;
 * waits until the call inside has returned, then takes part as it was made. Refusing it before
@@ -52,7 +52,7 @@ _PG = groups.ProcessGroup
 
 
 def key(group: Any) -> Any:
-    """The key of ``group`` in :data:`_BUSY` (the world group for ``None``), or :data:`FREE`.
+    """The key of ``group`` in ``_BUSY`` (the world group for ``None``), or :data:`FREE`.
 
     A ``group`` that is no ProcessGroup gets :data:`FREE`: the call's own check raises for it.
     """
