@@ -8,6 +8,8 @@
 - An error that MPI reports in a blocking call (``mpi4py.MPI.Exception``) becomes a
   :class:`~mpicomm.CommunicationError` that names the function.
 - ``async_op`` takes a bool only (``async_op="no"`` would be true).
+- At ``MPI_THREAD_MULTIPLE`` a collective holds its group while it runs, as the front door's calls
+  do (:mod:`mpicomm.core.busy`): two threads on one group at once raise instead of pairing wrongly.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import ArgumentError, ArgumentTypeError, CommunicationError, MpicommError
-from . import validation, watchdog
+from . import busy, validation, watchdog
 from .groups import resolve
 from .work import mpi_text
 
@@ -52,6 +54,9 @@ def collective(
         site, held, timeout = _watched(fn, names, group_of)
         key = names[held] if held >= 0 else ""
         push, pop, serial = watchdog._live.append, watchdog._live.remove, watchdog.serial
+        threads, ident = watchdog._Threads, watchdog._get_ident
+        # point-to-point calls (validated False) and methods whose group is their object's hold nothing
+        exclusive = validated and group_of is None and held >= 0
 
         @functools.wraps(func)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -62,6 +67,11 @@ def collective(
                 args[held] if 0 <= held < len(args) else kwargs.get(key) if kwargs else None,
                 None if timeout < 0 else args[timeout] if timeout < len(args) else kwargs.get("timeout"),
             )
+            g: Any = busy.FREE
+            mine: tuple[Any, ...] = ()
+            if exclusive and threads.owner is None:  # MPI_THREAD_MULTIPLE: one thread per group
+                mine = (ident(), site, token[2], None)
+                g = busy.hold(token[2], mine, threads.engine)
             push(token)  # the watchdog times the call while its token is on the list
             try:
                 if flag >= 0 and (
@@ -73,6 +83,8 @@ def collective(
                 raise failed(fn, exc, before, validated, signature, args, kwargs, group_of)  # noqa: B904
             finally:
                 pop(token)
+                if g is not busy.FREE:
+                    busy.let_go(g, mine)
 
         return call
 

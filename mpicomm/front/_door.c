@@ -9,7 +9,10 @@
  *
  *   1. every array argument is a numpy array (its type exactly np.ndarray, or a type the kinds
  *      table calls plain, or a list/tuple of numpy arrays), and async_op, where given, is a bool;
- *   2. below MPI_THREAD_MULTIPLE, the calling thread is the one that started MPI;
+ *   2. below MPI_THREAD_MULTIPLE, the calling thread is the one that started MPI; at it, a call that
+ *      takes no tag holds its group in mpicomm.core.busy's table while it runs: another thread's
+ *      call on the group marks it raced and waits (busy.race), and every call on a raced group
+ *      raises as it returns (busy.spoiled);
  *   3. the watchdog's token (thread ident, site, group, None) is on the live list while the host
  *      implementation runs with the caller's own arguments;
  *   4. an Exception the host raises goes to `failed(exc, before, args, kwnames)`, a Python function
@@ -51,6 +54,16 @@ typedef struct {
     int n_arrays;
     Py_ssize_t flag, group; /* positions of async_op and group, -1 for none */
     PyObject *weakrefs; /* weakref.ref(door) works, as for a function */
+    /* at MPI_THREAD_MULTIPLE (see mpicomm/core/busy.py) */
+    int exclusive;         /* whether the call holds its group (it takes no tag) */
+    Py_ssize_t engine_at;  /* where threads.engine is: the async engine's thread, never checked */
+    PyObject *groups;      /* groups._State: .world, the key of group None */
+    Py_ssize_t world_at;
+    PyObject *group_type;  /* ProcessGroup: another group argument holds nothing (the host refuses it) */
+    PyObject *busy;        /* group -> the token of the call inside it */
+    PyObject *raced;       /* the groups two threads called on at once -> what happened */
+    PyObject *race;        /* race(token, group, inside): marks the group raced, waits, holds it */
+    PyObject *spoil;       /* spoil(token, group): raises */
 } Door;
 
 /* The thread ident as a Python int, made once per thread that calls (most programs: one). */
@@ -171,6 +184,94 @@ static PyObject *door_fail(Door *d, PyObject *before, PyObject *const *args, Py_
     return NULL;
 }
 
+/* Whether the thread ident in slot `at` of `threads` is `me` (0 where unset or None). */
+static int is_thread(PyObject *threads, Py_ssize_t at, unsigned long me) {
+    PyObject *v = slot(threads, at);
+    if (v == NULL || v == Py_None) return 0;
+    unsigned long o = PyLong_AsUnsignedLong(v);
+    if (o == (unsigned long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return o == me;
+}
+
+/* At MPI_THREAD_MULTIPLE: mark the call of `token` as inside its group (busy.hold). Returns 0 with
+ * *held a new reference to the group's key (NULL where the call holds nothing: the engine's thread,
+ * a call nested in one of this thread, a group argument of another type), or -1 with the error set.
+ * Where another thread's call is inside, busy.race marks the group raced and returns once it holds
+ * it. */
+static int hold(Door *d, PyObject *group, PyObject *token, unsigned long me, PyObject **held) {
+    *held = NULL;
+    if (is_thread(d->threads, d->engine_at, me)) return 0;
+    PyObject *k = group;
+    if (group == Py_None) {
+        k = slot(d->groups, d->world_at);
+        if (k == NULL) k = Py_None;
+    } else if ((PyObject *)Py_TYPE(group) != d->group_type) {
+        return 0;
+    }
+    PyObject *inside = PyDict_SetDefault(d->busy, k, token); /* borrowed */
+    if (inside == NULL) return -1;
+    if (inside == token) {
+        *held = Py_NewRef(k);
+        return 0;
+    }
+    PyObject *who = PyTuple_GET_ITEM(inside, 0), *mine = PyTuple_GET_ITEM(token, 0);
+    int same = who == mine ? 1 : PyObject_RichCompareBool(who, mine, Py_EQ);
+    if (same < 0) return -1;
+    if (same) return 0; /* nested in a call of this thread: the outer call lets go */
+    Py_INCREF(inside); /* race() waits: the thread inside lets go meanwhile */
+    Py_INCREF(k);
+    PyObject *r = PyObject_CallFunctionObjArgs(d->race, token, k, inside, NULL);
+    Py_DECREF(inside);
+    if (r == NULL) {
+        Py_DECREF(k);
+        return -1;
+    }
+    Py_DECREF(r);
+    *held = k;
+    return 0;
+}
+
+/* End the hold of `token` on `held` (steals it) as busy.let_go does: on a raced group, drop the
+ * result `r` and raise (the host's error, if any, is the new error's context). */
+static PyObject *let_go(Door *d, PyObject *held, PyObject *token, PyObject *r) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *cur = PyDict_GetItemWithError(d->busy, held);
+    if (cur == token && PyDict_DelItem(d->busy, held) < 0) PyErr_Clear();
+    if (cur == NULL) PyErr_Clear();
+    int spoiled = PyDict_GET_SIZE(d->raced) > 0 ? PyDict_Contains(d->raced, held) : 0;
+    if (spoiled < 0) {
+        PyErr_Clear();
+        spoiled = 0;
+    }
+    if (!spoiled) {
+        Py_DECREF(held);
+        PyErr_Restore(type, value, tb);
+        return r;
+    }
+    Py_XDECREF(r);
+    PyObject *got = PyObject_CallFunctionObjArgs(d->spoil, token, held, NULL);
+    Py_DECREF(held);
+    Py_XDECREF(got);
+    if (got != NULL) PyErr_SetString(PyExc_SystemError, "mpicomm front door: busy.spoiled returned");
+    if (value != NULL) { /* as Python's `finally` raising: the host's error is the context */
+        PyObject *t2, *v2, *tb2;
+        PyErr_Fetch(&t2, &v2, &tb2);
+        PyErr_NormalizeException(&t2, &v2, &tb2);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (tb != NULL) PyException_SetTraceback(value, tb);
+        if (v2 != NULL) PyException_SetContext(v2, value); /* steals value */
+        else Py_DECREF(value);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        PyErr_Restore(t2, v2, tb2);
+    }
+    return NULL;
+}
+
 static PyObject *door_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Door *d = (Door *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -213,8 +314,19 @@ static PyObject *door_call(PyObject *self, PyObject *const *args, size_t nargsf,
     PyObject *ident = Py_NewRef(ident_obj);
     PyObject *token = PyTuple_Pack(4, ident, d->site, group, Py_None);
     Py_DECREF(ident);
-    if (token == NULL || PyList_Append(d->live, token) < 0) {
-        Py_XDECREF(token);
+    if (token == NULL) {
+        Py_DECREF(before);
+        return NULL;
+    }
+    PyObject *held = NULL;
+    if (owner == Py_None && d->exclusive && hold(d, group, token, me, &held) < 0) {
+        Py_DECREF(token);
+        Py_DECREF(before);
+        return NULL;
+    }
+    if (PyList_Append(d->live, token) < 0) {
+        if (held != NULL) let_go(d, held, token, NULL);
+        Py_DECREF(token);
         Py_DECREF(before);
         return NULL;
     }
@@ -228,6 +340,7 @@ static PyObject *door_call(PyObject *self, PyObject *const *args, size_t nargsf,
     } else {
         drop_token(d->live, token);
     }
+    if (held != NULL) r = let_go(d, held, token, r);
     Py_DECREF(token);
     Py_DECREF(before);
     return r;
@@ -240,7 +353,7 @@ slow:
  * one list. */
 #define DOOR_OBJECTS(X)                                                                            \
     X(host) X(fallback) X(failed) X(site) X(live) X(threads) X(state) X(ndarray) X(kinds) X(plain) \
-        X(list_kind) X(names) X(defaults) X(missing)
+        X(list_kind) X(names) X(defaults) X(missing) X(groups) X(group_type) X(busy) X(raced) X(race) X(spoil)
 
 static int door_traverse(PyObject *self, visitproc visit, void *arg) {
     Door *d = (Door *)self;
@@ -323,16 +436,20 @@ static PyTypeObject DoorType = {
 };
 
 /* door(host, fallback, failed, site, live, threads, owner, state, exchanges, ndarray, kinds, plain,
- *      list_kind, names, defaults, missing, arrays, flag, group): a new Door; `owner` and `exchanges`
- *      are the member descriptors of those slots of `threads` and `state`. */
+ *      list_kind, names, defaults, missing, arrays, flag, group,
+ *      exclusive, engine, groups, world, group_type, busy, raced, race, spoil): a new Door;
+ *      `owner`, `engine`, `exchanges` and `world` are the member descriptors of those slots of
+ *      `threads`, `state` and `groups`. */
 static PyObject *door_new(PyObject *module, PyObject *args) {
     Door tmp = {0};
-    PyObject *arrays, *owner, *exchanges;
-    if (!PyArg_ParseTuple(args, "OOOOO!OOOOOO!O!OO!O!OO!nn:door", &tmp.host, &tmp.fallback, &tmp.failed, &tmp.site,
-                          &PyList_Type, &tmp.live, &tmp.threads, &owner, &tmp.state, &exchanges, &tmp.ndarray,
-                          &PyDict_Type, &tmp.kinds,
-                          &PyFrozenSet_Type, &tmp.plain, &tmp.list_kind, &PyTuple_Type, &tmp.names, &PyTuple_Type,
-                          &tmp.defaults, &tmp.missing, &PyTuple_Type, &arrays, &tmp.flag, &tmp.group))
+    PyObject *arrays, *owner, *exchanges, *engine, *world;
+    if (!PyArg_ParseTuple(args, "OOOOO!OOOOOO!O!OO!O!OO!nnpOOOOO!O!OO:door", &tmp.host, &tmp.fallback, &tmp.failed,
+                          &tmp.site, &PyList_Type, &tmp.live, &tmp.threads, &owner, &tmp.state, &exchanges,
+                          &tmp.ndarray, &PyDict_Type, &tmp.kinds, &PyFrozenSet_Type, &tmp.plain, &tmp.list_kind,
+                          &PyTuple_Type, &tmp.names, &PyTuple_Type, &tmp.defaults, &tmp.missing, &PyTuple_Type,
+                          &arrays, &tmp.flag, &tmp.group, &tmp.exclusive, &engine, &tmp.groups, &world,
+                          &tmp.group_type, &PyDict_Type, &tmp.busy, &PyDict_Type, &tmp.raced, &tmp.race,
+                          &tmp.spoil))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(tmp.names), na = PyTuple_GET_SIZE(arrays);
     if (PyTuple_GET_SIZE(tmp.defaults) != n || na > DOOR_MAX_ARRAYS || tmp.flag >= n || tmp.group >= n) {
@@ -355,8 +472,10 @@ static PyObject *door_new(PyObject *module, PyObject *args) {
         }
         tmp.arrays[i] = p;
     }
-    if ((tmp.owner_at = slot_offset(owner, tmp.threads)) < 0 || (tmp.exchanges_at = slot_offset(exchanges, tmp.state)) < 0) {
-        PyErr_SetString(PyExc_TypeError, "door: owner and exchanges must be object slots of threads and state");
+    if ((tmp.owner_at = slot_offset(owner, tmp.threads)) < 0 || (tmp.exchanges_at = slot_offset(exchanges, tmp.state)) < 0 ||
+        (tmp.engine_at = slot_offset(engine, tmp.threads)) < 0 || (tmp.world_at = slot_offset(world, tmp.groups)) < 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "door: owner, engine, exchanges and world must be object slots of threads, state and groups");
         return NULL;
     }
     Door *d = PyObject_GC_New(Door, &DoorType);
@@ -373,6 +492,9 @@ static PyObject *door_new(PyObject *module, PyObject *args) {
     d->exchanges_at = tmp.exchanges_at;
     d->flag = tmp.flag;
     d->group = tmp.group;
+    d->exclusive = tmp.exclusive;
+    d->engine_at = tmp.engine_at;
+    d->world_at = tmp.world_at;
     PyObject_GC_Track((PyObject *)d);
     return (PyObject *)d;
 }

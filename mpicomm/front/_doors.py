@@ -6,7 +6,9 @@ wrapper it returns the public call (behind the C door, ``mpicomm/front/_door.c``
 built: it serves numpy calls itself and hands every other call to this wrapper). A wrapper:
 
 1. puts the watchdog's token on the live list (below ``MPI_THREAD_MULTIPLE`` only the thread that
-   started MPI may call), and takes it off when the call is over;
+   started MPI may call; at ``MPI_THREAD_MULTIPLE`` a call that takes no ``tag`` holds its group,
+   :mod:`mpicomm.core.busy`: another thread's call on it marks it raced, and calls on a raced group
+   raise), and takes it off when the call is over;
 2. passes a call whose arrays are all numpy (and whose ``async_op`` is a bool) to the host as it
    came;
 3. passes torch CPU tensors as their numpy views (kept while the tensor is unchanged), and answers
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core import validation, watchdog
+from ..core import busy, validation, watchdog
 from . import kinds
 from .door_parts import PLAIN_SCALAR as _PLAIN
 from .door_parts import VIEWS
@@ -37,6 +39,7 @@ _state = validation._Flag  # .exchanges: the validation exchanges made so far
 _ident = watchdog._get_ident
 _T = watchdog._Threads  # .owner: the thread that started MPI, below MPI_THREAD_MULTIPLE
 _other_thread = watchdog._other_thread  # raises the thread error
+_hold, _let_go, _FREE = busy.hold, busy.let_go, busy.FREE  # at MPI_THREAD_MULTIPLE: one thread per group
 _push = watchdog._live.append
 _pop = watchdog._live.remove
 _get = kinds._KINDS.get
@@ -54,8 +57,11 @@ def all_gather(plan: _Plan) -> Callable[..., Any]:
     def all_gather(tensor_list: Any, tensor: Any, group: Any = _d_group, async_op: Any = _d_async_op) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -113,6 +119,8 @@ def all_gather(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [tensor_list, tensor, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return all_gather
 
@@ -130,8 +138,11 @@ def all_gather_coalesced(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -192,6 +203,8 @@ def all_gather_coalesced(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [output_tensors, input_tensor_list, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return all_gather_coalesced
 
@@ -209,8 +222,11 @@ def all_gather_into_tensor(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -271,6 +287,8 @@ def all_gather_into_tensor(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [output_tensor, input_tensor, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return all_gather_into_tensor
 
@@ -283,8 +301,11 @@ def all_reduce(plan: _Plan) -> Callable[..., Any]:
     def all_reduce(tensor: Any, op: Any = _d_op, group: Any = _d_group, async_op: Any = _d_async_op) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -319,6 +340,8 @@ def all_reduce(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [tensor, op, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return all_reduce
 
@@ -336,8 +359,11 @@ def all_reduce_coalesced(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -372,6 +398,8 @@ def all_reduce_coalesced(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [tensors, op, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return all_reduce_coalesced
 
@@ -389,8 +417,11 @@ def all_to_all(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -451,6 +482,8 @@ def all_to_all(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [output_tensor_list, input_tensor_list, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return all_to_all
 
@@ -470,8 +503,11 @@ def all_to_all_single(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -536,6 +572,8 @@ def all_to_all_single(plan: _Plan) -> Callable[..., Any]:
             ])
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return all_to_all_single
 
@@ -554,8 +592,11 @@ def broadcast(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -590,6 +631,8 @@ def broadcast(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [tensor, src, group, async_op, group_src])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return broadcast
 
@@ -608,8 +651,11 @@ def exchange_halos(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -640,6 +686,8 @@ def exchange_halos(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [u, width, async_op, group, grid])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return exchange_halos
 
@@ -659,8 +707,11 @@ def gather(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -718,6 +769,8 @@ def gather(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [tensor, gather_list, dst, group, async_op, group_dst])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return gather
 
@@ -737,8 +790,11 @@ def gather_blocks(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -789,6 +845,8 @@ def gather_blocks(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [local, out, dst, width, group, grid])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return gather_blocks
 
@@ -909,8 +967,11 @@ def jagged_all_to_all(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -968,6 +1029,8 @@ def jagged_all_to_all(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [values, lengths, send_splits, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return jagged_all_to_all
 
@@ -1038,8 +1101,11 @@ def reduce(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -1074,6 +1140,8 @@ def reduce(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [tensor, dst, op, group, async_op, group_dst])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return reduce
 
@@ -1092,8 +1160,11 @@ def reduce_scatter(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -1151,6 +1222,8 @@ def reduce_scatter(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [output, input_list, op, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return reduce_scatter
 
@@ -1169,8 +1242,11 @@ def reduce_scatter_tensor(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -1228,6 +1304,8 @@ def reduce_scatter_tensor(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [output, input, op, group, async_op])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return reduce_scatter_tensor
 
@@ -1247,8 +1325,11 @@ def scatter(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -1306,6 +1387,8 @@ def scatter(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [tensor, scatter_list, src, group, async_op, group_src])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return scatter
 
@@ -1325,8 +1408,11 @@ def scatter_blocks(plan: _Plan) -> Callable[..., Any]:
     ) -> Any:
         _before = _state.exchanges
         _tok = (_me := _ident(), _site, group, None)
-        if _me != _T.owner and _T.owner is not None:
-            _other_thread()
+        _g = _FREE
+        if _me != _T.owner:
+            if _T.owner is not None:
+                _other_thread()
+            _g = _hold(group, _tok, _T.engine)
         _push(_tok)
         try:
             if (
@@ -1379,6 +1465,8 @@ def scatter_blocks(plan: _Plan) -> Callable[..., Any]:
             raise _failed(_exc, _before, [global_array, out, src, width, group, grid])  # noqa: B904
         finally:
             _pop(_tok)
+            if _g is not _FREE:
+                _let_go(_g, _tok)
 
     return scatter_blocks
 

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..core import calls, cmpi, validation, watchdog
+from ..core import busy, calls, cmpi, groups, validation, watchdog
 from . import kinds
 from .device import BOTH, READ, WRITE, Bound, on_device
 from .door_parts import PLAIN_SCALAR, answer
@@ -132,6 +132,9 @@ class _Plan:
         self.sparse = sparse
         self.site = watchdog.Site(fn)
         self.defaults = tuple(p.default for p in params if p.default is not p.empty)
+        # at MPI_THREAD_MULTIPLE a call holds its group (mpicomm.core.busy) unless it takes a tag:
+        # MPI matches point-to-point calls by tag, so threads may share their group
+        self.exclusive = "tag" not in self.names
 
     @property
     def shape(self) -> str:
@@ -154,9 +157,9 @@ class _Plan:
         """The C door (``mpicomm/front/_door.c``) in front of ``python``; None without it.
 
         It serves a call whose arrays are all numpy as ``python`` does (the watchdog's token, the
-        thread check, the host with the caller's arguments, errors through :meth:`failed_in_c`)
-        at about half the cost, and hands every other call to ``python``. Not used where the C
-        module is not built or ``MPICOMM_C=0``.
+        thread check, the group's hold at ``MPI_THREAD_MULTIPLE``, the host with the caller's
+        arguments, errors through :meth:`failed_in_c`) at about half the cost, and hands every
+        other call to ``python``. Not used where the C module is not built or ``MPICOMM_C=0``.
         """
         c = _c_door()
         if c is None:
@@ -164,12 +167,15 @@ class _Plan:
         params = self.signature.parameters.values()
         defaults = tuple(_MISSING if p.default is p.empty else p.default for p in params)
         group = self.names.index("group") if "group" in self.names else -1
-        threads, flags = watchdog._Threads, validation._Flag  # the C door reads two of their slots
-        owner, exchanges = vars(type(threads))["owner"], vars(type(flags))["exchanges"]
+        threads, flags, state = watchdog._Threads, validation._Flag, groups._State  # it reads their slots
+        slots = vars(type(threads))
+        owner, engine, exchanges = slots["owner"], slots["engine"], vars(type(flags))["exchanges"]
         return c.door(
             self.host, python, self.failed_in_c, self.site, watchdog._live, threads, owner,
             flags, exchanges, np.ndarray, _KINDS, PLAIN_SCALAR, kinds.LIST, tuple(self.names),
             defaults, _MISSING, tuple(pos for pos, _, _ in self.slots), self.flag, group,
+            self.exclusive, engine, state, vars(type(state))["world"], groups.ProcessGroup,
+            busy._BUSY, busy._RACED, busy.race, busy.spoiled,
         )  # fmt: skip
 
     def failed_in_c(

@@ -41,7 +41,9 @@ wrapper it returns the public call (behind the C door, ``mpicomm/front/_door.c``
 built: it serves numpy calls itself and hands every other call to this wrapper). A wrapper:
 
 1. puts the watchdog's token on the live list (below ``MPI_THREAD_MULTIPLE`` only the thread that
-   started MPI may call), and takes it off when the call is over;
+   started MPI may call; at ``MPI_THREAD_MULTIPLE`` a call that takes no ``tag`` holds its group,
+   :mod:`mpicomm.core.busy`: another thread's call on it marks it raced, and calls on a raced group
+   raise), and takes it off when the call is over;
 2. passes a call whose arrays are all numpy (and whose ``async_op`` is a bool) to the host as it
    came;
 3. passes torch CPU tensors as their numpy views (kept while the tensor is unchanged), and answers
@@ -57,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core import validation, watchdog
+from ..core import busy, validation, watchdog
 from . import kinds
 from .door_parts import PLAIN_SCALAR as _PLAIN
 from .door_parts import VIEWS
@@ -72,6 +74,7 @@ _state = validation._Flag  # .exchanges: the validation exchanges made so far
 _ident = watchdog._get_ident
 _T = watchdog._Threads  # .owner: the thread that started MPI, below MPI_THREAD_MULTIPLE
 _other_thread = watchdog._other_thread  # raises the thread error
+_hold, _let_go, _FREE = busy.hold, busy.let_go, busy.FREE  # at MPI_THREAD_MULTIPLE: one thread per group
 _push = watchdog._live.append
 _pop = watchdog._live.remove
 _get = kinds._KINDS.get
@@ -156,6 +159,7 @@ def _factory(plan: door._Plan) -> Iterator[str]:
     torch_test += flag
     seen = [f"id(_v_{a}): {a}" for a in arrays]
     group = "group" if "group" in names else "None"
+    exclusive = plan.exclusive  # whether it holds its group at MPI_THREAD_MULTIPLE (mpicomm.core.busy)
 
     yield f"def {plan.fn}(plan: _Plan) -> Callable[..., Any]:"
     yield f'    """``{plan.fn}``\'s wrapper around ``plan.host`` (see the module\'s docstring)."""'
@@ -168,8 +172,16 @@ def _factory(plan: door._Plan) -> Iterator[str]:
     yield from _fit(4, f"def {plan.fn}(", heads, ") -> Any:")
     yield "        _before = _state.exchanges"
     yield f"        _tok = (_me := _ident(), _site, {group}, None)"
-    yield "        if _me != _T.owner and _T.owner is not None:"
-    yield "            _other_thread()"
+    if exclusive:
+        # below MPI_THREAD_MULTIPLE the owner's call makes one test; at it (owner None) the group is held
+        yield "        _g = _FREE"
+        yield "        if _me != _T.owner:"
+        yield "            if _T.owner is not None:"
+        yield "                _other_thread()"
+        yield f"            _g = _hold({group}, _tok, _T.engine)"
+    else:
+        yield "        if _me != _T.owner and _T.owner is not None:"
+        yield "            _other_thread()"
     yield "        _push(_tok)"
     yield "        try:"
     yield from _condition(12, numpy_test)
@@ -197,6 +209,9 @@ def _factory(plan: door._Plan) -> Iterator[str]:
     yield from raised[1:]
     yield "        finally:"
     yield "            _pop(_tok)"
+    if exclusive:
+        yield "            if _g is not _FREE:"
+        yield "                _let_go(_g, _tok)"
     yield ""
     yield f"    return {plan.fn}"
 
