@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -140,7 +141,7 @@ def ddp_rows(
                 dist.all_reduce(t, group=group)
 
         steps["comm"] = comm
-        steps["comm gloo"] = lambda comm=comm: comm(gloo)
+        steps["comm gloo"] = partial(comm, gloo)
         params = sum(p.numel() for p in nets["gloo"].parameters())
         times = stats(samples(ctl, steps, args))
         rows.append(
