@@ -28,7 +28,8 @@ from ..dense.sync import barrier as _barrier
 from ..errors import ArgumentError
 from ..front import coalesced, collectives
 from ..trace.profiled import label_methods
-from . import options
+from . import options, pieces
+from .pieces import Piece
 from .work import Done, Pending, Running
 
 # the front door's all_reduce, bound once: a module attribute read less on the 8-byte path
@@ -176,7 +177,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
         attribute read is 0.1-0.5 us), SUM told by one comparison without reading the enum, no helper
         calls, and the group's reused Work for a blocking caller (docs/torch.rst, "Speed").
         """
-        if opts is None or len(tensors) != 1:
+        if opts is None or len(tensors) != 1 or tensors[0].nbytes > Piece.bytes > 0:
             return self._allreduce_other(tensors, opts)
         rop = opts.reduceOp
         if opts.asyncOp:  # DDP's buckets: on mpicomm's communication thread, overlapping backward
@@ -187,10 +188,18 @@ class MpicommProcessGroup(dist.ProcessGroup):
         work._outputs = tensors
         return work
 
-    def _allreduce_other(self, tensors: list[torch.Tensor], opts: Any) -> Done:
-        """``allreduce`` without options (C++ callers' defaults: SUM), or with a wrong list."""
+    def _allreduce_other(self, tensors: list[torch.Tensor], opts: Any) -> Done | Running:
+        """``allreduce`` without options (C++ callers' defaults: SUM), with a wrong list, or in pieces.
+
+        A tensor over ``Piece.bytes`` goes in pieces (:mod:`mpicomm.c10d.pieces`), on every rank
+        alike whatever its ``asyncOp``; an ``asyncOp`` caller's pieces run on the communication thread.
+        """
         t = _single(tensors, "allreduce")
-        _all_reduce(t, ReduceOp.SUM if opts is None else _reduction(opts), self._g, False)
+        op = ReduceOp.SUM if opts is None else _reduction(opts)
+        if t.nbytes > Piece.bytes > 0:
+            queued = pieces.all_reduce(t, op, self._g, opts is not None and bool(opts.asyncOp))
+            return Done(tensors) if queued is None else queued
+        _all_reduce(t, op, self._g, False)
         return Done(tensors) if opts is None else self._work(opts, tensors)
 
     def _work(self, opts: Any, outputs: list[Any]) -> Done:

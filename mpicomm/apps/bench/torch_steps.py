@@ -131,7 +131,9 @@ def ddp_rows(
         x = _input(e, widths, batch)
         steps: dict[str, Callable[[], object]] = {k: _stepper(net, x) for k, net in nets.items()}
         for step in steps.values():
-            step()
+            step()  # DDP buckets by parameter order at first, then by the order gradients came
+        buckets.sizes.clear()
+        steps["compute"]()
         buckets.recording = False
         ok = _equal(*[[p.grad for p in nets[k].parameters()] for k in ("mpicomm", "gloo")])
         flats = [torch.zeros(n) for n in buckets.sizes]
