@@ -7,8 +7,8 @@ Each one reads torch's options object once and calls mpicomm's public front door
 direct or staged GPU path. Collectives complete before they return and answer a completed
 :class:`~mpicomm.c10d.work.Done` (torch's C++ waits on futures, never on the Work), except an
 ``allreduce`` with ``asyncOp`` (DDP's buckets), which runs on mpicomm's communication thread and
-answers a :class:`~mpicomm.c10d.work.Running`; an ``allreduce`` of a tensor over 16 MiB goes in
-16 MiB pieces on every rank (:mod:`mpicomm.c10d.pieces`). Point-to-point transfers answer a
+answers a :class:`~mpicomm.c10d.work.Running`; an ``allreduce`` of a tensor over 24 MiB goes in
+equal pieces on every rank (:mod:`mpicomm.c10d.pieces`). Point-to-point transfers answer a
 :class:`~mpicomm.c10d.work.Pending`.
 
 Roots, peers and ranks are group ranks, as torch passes them. Timeouts: the group's (from

@@ -1,7 +1,7 @@
 """The backend's large all_reduce in pieces (mpicomm.c10d.pieces): the result of one call, on every rank.
 
 The piece size is set to 64 bytes here, so that small tensors go in several pieces (the real size is
-16 MiB). Every rank builds the global input from a shared seed and checks its result against numpy;
+24 MiB). Every rank builds the global input from a shared seed and checks its result against numpy;
 at 1-2 ranks the sums are also compared bitwise with gloo's.
 """
 
@@ -54,11 +54,12 @@ def _g(seed: int, w: int, n: int) -> np.ndarray:
 )
 def test_pieces_give_the_whole_result_whatever_async_op_ranks_pass(gloo: Any, op: Any, ref: Any) -> None:
     r, w = dist.get_rank(), dist.get_world_size()
-    g = _g(5, w, 50)  # 200 bytes: pieces of 16, 16, 16 and 2 elements
+    g = _g(5, w, 50)  # 200 bytes: four pieces, of 13, 13, 13 and 11 elements
     t = torch.tensor(g[r])
     work = dist.all_reduce(t, op=op, async_op=r % 2 == 1)  # ranks differ in async_op
     if work is not None:
         assert isinstance(work, Pieces) and work.wait() and work.is_completed() and work.exception() is None
+        assert len(work._pieces) == 4  # equal pieces: no fifth call for a short tail
         assert work.get_future().wait()[0] is t
     np.testing.assert_allclose(t.numpy(), ref(g), rtol=1e-5, atol=1e-6)
 
