@@ -5,8 +5,11 @@ C++ side (DDP's reducer, FSDP2, DeviceMesh, DTensor, functional collectives) cal
 Each one reads torch's options object once and calls mpicomm's public front door
 (:mod:`mpicomm.front.collectives`), so CPU tensors take the host path and CUDA tensors mpicomm's
 direct or staged GPU path. Collectives complete before they return and answer a completed
-:class:`~mpicomm.c10d.work.Done` (torch's C++ waits on futures, never on the Work); point-to-point
-transfers answer a :class:`~mpicomm.c10d.work.Pending`.
+:class:`~mpicomm.c10d.work.Done` (torch's C++ waits on futures, never on the Work), except an
+``allreduce`` with ``asyncOp`` (DDP's buckets), which runs on mpicomm's communication thread and
+answers a :class:`~mpicomm.c10d.work.Running`; an ``allreduce`` of a tensor over 24 MiB goes in
+equal pieces on every rank (:mod:`mpicomm.c10d.pieces`). Point-to-point transfers answer a
+:class:`~mpicomm.c10d.work.Pending`.
 
 Roots, peers and ranks are group ranks, as torch passes them. Timeouts: the group's (from
 ``init_process_group(timeout=...)`` or ``new_group(timeout=...)``) bounds every blocking call; a
@@ -28,7 +31,8 @@ from ..dense.sync import barrier as _barrier
 from ..errors import ArgumentError
 from ..front import coalesced, collectives
 from ..trace.profiled import label_methods
-from . import options
+from . import options, pieces
+from .pieces import Piece
 from .work import Done, Pending, Running
 
 # the front door's all_reduce, bound once: a module attribute read less on the 8-byte path
@@ -176,7 +180,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
         attribute read is 0.1-0.5 us), SUM told by one comparison without reading the enum, no helper
         calls, and the group's reused Work for a blocking caller (docs/torch.rst, "Speed").
         """
-        if opts is None or len(tensors) != 1:
+        if opts is None or len(tensors) != 1 or tensors[0].nbytes > Piece.bytes > 0:
             return self._allreduce_other(tensors, opts)
         rop = opts.reduceOp
         if opts.asyncOp:  # DDP's buckets: on mpicomm's communication thread, overlapping backward
@@ -187,10 +191,18 @@ class MpicommProcessGroup(dist.ProcessGroup):
         work._outputs = tensors
         return work
 
-    def _allreduce_other(self, tensors: list[torch.Tensor], opts: Any) -> Done:
-        """``allreduce`` without options (C++ callers' defaults: SUM), or with a wrong list."""
+    def _allreduce_other(self, tensors: list[torch.Tensor], opts: Any) -> Done | Running:
+        """``allreduce`` without options (C++ callers' defaults: SUM), with a wrong list, or in pieces.
+
+        A tensor over ``Piece.bytes`` goes in pieces (:mod:`mpicomm.c10d.pieces`), on every rank
+        alike whatever its ``asyncOp``; an ``asyncOp`` caller's pieces run on the communication thread.
+        """
         t = _single(tensors, "allreduce")
-        _all_reduce(t, ReduceOp.SUM if opts is None else _reduction(opts), self._g, False)
+        op = ReduceOp.SUM if opts is None else _reduction(opts)
+        if t.nbytes > Piece.bytes > 0:
+            queued = pieces.all_reduce(t, op, self._g, opts is not None and bool(opts.asyncOp))
+            return Done(tensors) if queued is None else queued
+        _all_reduce(t, op, self._g, False)
         return Done(tensors) if opts is None else self._work(opts, tensors)
 
     def _work(self, opts: Any, outputs: list[Any]) -> Done:

@@ -8,7 +8,7 @@ import math
 import pytest
 
 import mpicomm
-from mpicomm.apps.bench import run, torch_backend
+from mpicomm.apps.bench import run, torch_backend, torch_steps
 from mpicomm.apps.bench.harness import Env
 
 pytest.importorskip("torch")
@@ -23,7 +23,7 @@ def test_the_report_times_every_contender_and_checks_results(monkeypatch: pytest
 
     world = mpicomm.init()
     monkeypatch.setattr(torch_backend, "SIZES", (8, 4 << 10))
-    monkeypatch.setattr(torch_backend, "MODELS", {"tiny": ((8, 16, 4), 4)})
+    monkeypatch.setattr(torch_steps, "MODELS", {"tiny": ((8, 16, 4), 4)})
     ctl = world.comm.Dup()
     try:
         res = torch_backend.torch_backend(ctl, Env(world.comm, world.rank(), world.size()), _args())
@@ -37,10 +37,13 @@ def test_the_report_times_every_contender_and_checks_results(monkeypatch: pytest
             assert row[case]["min"] <= row[case]["median"] and math.isfinite(row[case]["median"])
     (ddp,) = res["ddp"]
     assert ddp["model"] == "tiny" and ddp["params"] == 8 * 16 + 16 + 16 * 4 + 4 and ddp["check"]
-    assert set(ddp) >= {"mpicomm", "gloo", "mpicomm+thread"}
+    assert set(ddp) >= set(torch_steps.DDP_CASES) and ddp["buckets"] == [(8 * 16 + 16 + 16 * 4 + 4) * 4]
+    (fsdp,) = res["fsdp"]
+    assert fsdp["model"] == "tiny" and fsdp["check"] and fsdp["mpicomm"]["min"] > 0
     assert set(res["split"]) == {"direct", "pg", "dist", "AllreduceOptions()", "opts.reduceOp"}
     text = torch_backend.torch_backend_lines(res)
     assert "8 B on a one-rank group (mins)" in text and "torch's Python wrapper" in text
+    assert "hidden mpicomm" in text and "FSDP2 step, tiny" in text
     assert text.count("target ") == 3  # 8 B added, 8 B vs gloo, the DDP model (no size >= 1 MiB here)
 
 
@@ -60,7 +63,7 @@ def test_the_verdicts_follow_the_goals() -> None:
                 "model": "m",
                 "params": 10,
                 "check": True,
-                **{k: stats for k in ("mpicomm", "gloo", "mpicomm+thread")},
+                **{k: stats for k in torch_steps.DDP_CASES},
             }
         ],
     }
@@ -75,3 +78,13 @@ def test_the_verdicts_follow_the_goals() -> None:
 def test_the_report_is_asked_by_name_only() -> None:
     assert "torch_backend" in run.REPORTS and "torch_backend" in run.REPORT_RUNS
     assert "torch_backend" not in run.CPU_REPORTS
+
+
+def test_the_hidden_share_is_the_communication_not_added_to_the_step() -> None:
+    def ms(v: float) -> dict[str, float]:
+        return {"median": v * 1e-3, "min": v * 1e-3}
+
+    row = {"mpicomm": ms(120), "gloo": ms(200), "compute": ms(100), "comm": ms(80), "comm gloo": ms(100)}
+    share = torch_steps.hidden(row)
+    assert share["mpicomm"] == pytest.approx(0.75)  # 20 ms of 80 added: three quarters hidden
+    assert share["gloo"] == pytest.approx(0.0)  # all of gloo's 100 ms added

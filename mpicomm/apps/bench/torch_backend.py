@@ -15,10 +15,10 @@ does (calibrated samples, alternating order, the quiet gate; max over ranks): ``
 timed on a one-rank group of each rank: ``pg - direct`` is the backend's own cost and
 ``dist - pg`` torch's Python wrapper (``dist.all_reduce`` around ``pg.allreduce``).
 
-The DDP part times whole training steps (forward, backward with DDP's bucketed all_reduce, SGD)
-of each model on mpicomm, on gloo, and on mpicomm with a progress thread: a comm hook hands each
-bucket's blocking all_reduce to one worker thread (MPI releases the GIL), so that backward goes on
-meanwhile. That is the overlap experiment: the backend keeps the plain path unless the thread wins.
+The DDP and FSDP2 parts (:mod:`mpicomm.apps.bench.torch_steps`) time whole training steps
+(forward, backward with DDP's bucketed all_reduce, SGD) on mpicomm and on gloo, the same DDP step
+without communication and the buckets' all_reduces alone: the share of the all_reduce time hidden
+behind backward (DDP's bucket all_reduces run on mpicomm's communication thread, issue 41).
 Before timing, one step of each (same seed) is checked: every gradient equal to gloo's.
 
 Example::
@@ -29,10 +29,8 @@ Example::
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -40,23 +38,18 @@ import numpy as np
 
 import mpicomm
 
-from ... import _mpi
 from .harness import Env, _data, _timed, calibrate, everywhere, fmt_size, quiet_gate
+from .torch_steps import MODELS, ddp_rows, fsdp_rows, step_lines
 
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["torch_backend", "torch_backend_lines"]
+__all__ = ["MODELS", "torch_backend", "torch_backend_lines"]
 
 #: Bytes per rank of the all_reduce rows.
 SIZES = (8, 64 << 10, 1 << 20, 16 << 20)
 #: The goals: microseconds added at 8 B, the ratio from 1 MiB, gloo's time over ours at 8 B, DDP's ratio.
 ADD_US, LARGE, GLOO_X, DDP_X = 3.0, 1.05, 30.0, 0.8
-#: The DDP models: name -> (layer widths of the MLP, batch size).
-MODELS: dict[str, tuple[tuple[int, ...], int]] = {
-    "mlp 265k": ((512, 256, 512, 4), 32),  # 264,964 parameters: one ~1 MiB gradient bucket
-    "mlp 25M": ((1024, 4096, 4096, 1024, 10), 8),  # 25,196,554 parameters: several 25 MiB buckets
-}
 #: The all_reduce contenders, in the table's order.
 CASES = ("direct", "pg", "backend", "gloo")
 
@@ -141,112 +134,6 @@ def _split(ctl: MPI.Intracomm, args: argparse.Namespace) -> dict[str, dict[str, 
         mpicomm.destroy_process_group(solo)
 
 
-class _Progress:
-    """The overlap experiment's comm hook: each bucket's all_reduce runs on one worker thread.
-
-    The worker takes the buckets in the order backward readies them (the same on every rank), so the
-    collectives match. mpicomm's calls belong to the thread that started MPI (thread level
-    serialized), so the worker calls ``MPI_Allreduce`` itself (mpi4py, on its own communicator): the
-    main thread calls no MPI until DDP has waited for every bucket's future, as serialized asks.
-    """
-
-    def __init__(self, group: mpicomm.ProcessGroup) -> None:
-        self.comm = group.comm.Dup()
-        self.size = group.size()
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="mpicomm-progress")
-
-    def hook(self, state: object, bucket: Any) -> Any:
-        import torch
-
-        buf = bucket.buffer()
-        buf.div_(self.size)  # as DDP's own hook: average by dividing first
-        fut: torch.futures.Future[Any] = torch.futures.Future()
-
-        def run() -> None:
-            try:
-                self.comm.Allreduce(_mpi.MPI.IN_PLACE, buf.numpy())  # releases the GIL
-                fut.set_result(buf)
-            except Exception as exc:  # DDP's wait raises it on the main thread
-                fut.set_exception(exc)
-
-        self.pool.submit(run)
-        return fut
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)  # never leave the thread running at exit
-        self.comm.Free()
-
-
-def _model(widths: tuple[int, ...]) -> Any:
-    """The MLP of ``widths`` (ReLU between layers), the same initial weights on every rank."""
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(itertools.pairwise(widths)):
-        layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i < len(widths) - 2 else [])
-    return nn.Sequential(*layers)
-
-
-def _ddp(ctl: MPI.Intracomm, e: Env, gloo: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Per model: step times on mpicomm, gloo and mpicomm with the progress thread; gradients checked."""
-    import torch
-    import torch._C._distributed_c10d as c10d
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    world = dist.group.WORLD.mpicomm_group  # type: ignore[union-attr]
-    rows = []
-    for name, (widths, batch) in MODELS.items():
-        progress = _Progress(world)
-        try:
-            nets = {
-                "mpicomm": DistributedDataParallel(_model(widths)),
-                "gloo": DistributedDataParallel(_model(widths), process_group=gloo),
-            }
-            nets["mpicomm+thread"] = DistributedDataParallel(_model(widths))
-            # torch checks the hook's annotations as objects (this module's are strings)
-            hints = {"bucket": c10d.GradBucket, "return": torch.futures.Future[torch.Tensor]}
-            _Progress.hook.__annotations__.update(hints)
-            nets["mpicomm+thread"].register_comm_hook(None, progress.hook)
-            x = torch.from_numpy(
-                np.random.default_rng(e.rank).standard_normal((batch, widths[0]), np.float32)
-            )
-            steps: dict[str, Callable[[], object]] = {k: _stepper(net, x) for k, net in nets.items()}
-            for step in steps.values():
-                step()
-            grads = {k: [p.grad for p in net.parameters()] for k, net in nets.items()}
-            # equal at 2 ranks (a sum of two is exact in any order); MPI and gloo may order 3+ apart
-            ok = all(
-                all(
-                    a is not None and b is not None and torch.allclose(a, b, rtol=1e-5, atol=1e-7)
-                    for a, b in zip(grads[k], grads["gloo"], strict=True)
-                )
-                for k in ("mpicomm", "mpicomm+thread")
-            )
-            params = sum(p.numel() for p in nets["gloo"].parameters())
-            times = _samples(ctl, steps, args)
-        finally:
-            progress.close()
-        rows.append({"model": name, "params": params, "check": everywhere(ctl, ok), **_stats(times)})
-    return rows
-
-
-def _stepper(net: Any, x: Any) -> Callable[[], None]:
-    """One training step of ``net`` on ``x``: forward, backward (DDP's all_reduce), SGD update."""
-    import torch
-
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=False)
-        net(x).square().mean().backward()
-        opt.step()
-
-    return step
-
-
 def torch_backend(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[str, Any]:
     """Run the report on every rank (see the module's docstring); rank 0's results count."""
     import torch
@@ -262,7 +149,8 @@ def torch_backend(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[
         res: dict[str, Any] = {
             "all_reduce": _all_reduce_rows(ctl, e, gloo, args),
             "split": _split(ctl, args),
-            "ddp": _ddp(ctl, e, gloo, args),
+            "ddp": ddp_rows(ctl, e, gloo, args, _samples, _stats),
+            "fsdp": fsdp_rows(ctl, e, gloo, args, _samples, _stats),
             "world_size": e.n,
             "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(),
@@ -271,7 +159,7 @@ def torch_backend(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[
         dist.destroy_process_group(gloo)
         if started:
             dist.destroy_process_group()
-    res["check"] = all(r["check"] for r in res["all_reduce"] + res["ddp"])
+    res["check"] = all(r["check"] for r in res["all_reduce"] + res["ddp"] + res["fsdp"])
     return res
 
 
@@ -317,17 +205,8 @@ def torch_backend_lines(res: dict[str, Any]) -> str:
         f"opts.reduceOp read {sp['opts.reduceOp']:.2f}), torch's Python wrapper "
         f"{sp['dist'] - sp['pg']:+.2f} us (AllreduceOptions() {sp['AllreduceOptions()']:.2f})"
     )
-    out.append("  DDP step, ms, median (min): mpicomm, gloo, mpicomm + progress thread; ratios of medians")
-    for row in res["ddp"]:
-        ms = {k: (row[k]["median"] * 1e3, row[k]["min"] * 1e3) for k in ("mpicomm", "gloo", "mpicomm+thread")}
-        text = "  ".join(f"{k} {m:.1f} ({lo:.1f})" for k, (m, lo) in ms.items())
-        ratio = ms["mpicomm"][0] / ms["gloo"][0]
-        thread = ms["mpicomm+thread"][0] / ms["mpicomm"][0]
-        check = "" if row["check"] else "  CHECK FAILED"
-        out.append(
-            f"  {row['model']} ({row['params']:,}): {text}; mpicomm/gloo {ratio:.2f}x, thread/plain "
-            f"{thread:.2f}x{check}"
-        )
-        verdicts.append((f"DDP {row['model']}: <= {DDP_X:g}x gloo ({ratio:.2f}x)", ratio <= DDP_X))
+    lines, more = step_lines(res, DDP_X)
+    out += lines
+    verdicts += more
     out += [f"  target {text}: {'reached' if ok else 'NOT reached'}" for text, ok in verdicts]
     return "\n".join(out)
