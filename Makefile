@@ -76,8 +76,17 @@ check: venv ## the quick tier (~3 min on 2 cores): lint, types, unit tests that 
 	  tests/unit --doctest-modules mpicomm
 	$(MAKE) --no-print-directory test-2 MARKS='-m "not slow"'
 
-test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, torch's suite, GPU checks on the CPU, Slurm jobs, docs
-	$(MAKE) lint typecheck test-unit test-mpi test-no-c test-torch test-gpu-fake test-cupy-names test-slurm docs
+# Two targets at a time (TEST_JOBS), each target's output printed whole when it ends (--output-sync), the
+# first failure stops the run (after the target beside it ends) and is make's exit status. Much of the
+# suite waits rather than computes: the unit tests that start processes wait for imports, timeouts and
+# aborts, the Slurm jobs for the scheduler, the docs and types use one core; beside them the multi-rank
+# runs, which use both cores, take the CPU that would sit idle. The longest (test-mpi) starts first.
+TEST_JOBS ?= 2
+TEST_TARGETS := test-mpi test-unit test-slurm typecheck test-torch docs test-no-c test-torchrec lint \
+  test-gpu-fake test-cupy-names
+
+test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, torch's suite, torchrec, GPU checks on the CPU, Slurm jobs, docs
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_TARGETS)
 
 test-unit: venv ## one-process tests and doctests
 	$(PY) -m pytest -p no:cacheprovider --timeout $(TIMEOUT) tests/unit tests/gpu --doctest-modules mpicomm
@@ -161,7 +170,7 @@ clean: ## remove the environment and build outputs
 	rm -rf $(VENV) build dist *.egg-info docs/_build bench-results .mypy_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
-# ---- test-torchrec: issue 42, added by the torch work (a block of its own; `make test` does not call it yet) ----
+# ---- test-torchrec: issue 42, added by the torch work (a block of its own; part of `make test`) ----
 # torchrec's DLRM under DistributedModelParallel on mpicomm and on gloo (tests/torchrec), in a venv of its
 # own that sees .venv's packages (torch, mpi4py, mpicomm, pytest) through a .pth file and its MPI
 # libraries through links, and adds torchrec 1.8.0 with FBGEMM 1.8.0's CPU build (FBGEMM 1.N pairs with
