@@ -87,10 +87,12 @@ check: venv ## the quick tier (~3 min on 2 cores): lint, types, unit tests that 
 # first failure stops the run (after the target beside it ends) and is make's exit status. Much of the
 # suite waits rather than computes: the unit tests that start processes wait for imports, timeouts and
 # aborts, the Slurm jobs for the scheduler, the docs and types use one core; beside them the multi-rank
-# runs, which use both cores, take the CPU that would sit idle. The longest (test-mpi) starts first.
+# runs, which use both cores, take the CPU that would sit idle. The longest (test-mpi) starts first, the
+# venvs that download (torchrec's, cupy's) are made beside it, and each later run on both cores is listed
+# next to one on a single core.
 TEST_JOBS ?= 2
-TEST_TARGETS := test-mpi test-unit test-slurm typecheck test-torch docs test-no-c test-torchrec lint \
-  test-gpu-fake test-cupy-names
+TEST_TARGETS = test-mpi test-unit test-slurm $(TORCHREC_VENV)/.installed test-cupy-names \
+  test-torch typecheck test-no-c docs test-torchrec lint test-gpu-fake
 
 test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, torch's suite, torchrec, GPU checks on the CPU, Slurm jobs, docs
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_TARGETS)
