@@ -34,11 +34,12 @@ export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 # not in every process (collecting tests/mpi: 5.5 s of CPU a process without the cache, 3 s with it).
 unexport PYTHONDONTWRITEBYTECODE
 
-# A waiting MPICH rank polls and calls sched_yield, which on Linux hands its core to no one: on 2 cores, 8
-# ranks (or 3, with a second target of `make test` beside them) spend their time slices polling while
-# the one rank with work waits for a core. With heavy yield the poll loop sleeps 1 ns (~60 us of timer
-# slack) instead: tests/mpi files at 8 ranks 20% faster and 16% less CPU (3 alternated pairs), at 2 ranks
-# unchanged. Only the checks: the bench and the demo keep MPICH's default. Open MPI ignores it.
+# A waiting MPICH rank polls and calls sched_yield, which on Linux seldom gives its core away: on 2 cores,
+# 8 ranks (or 3, with a second target of `make test` beside them) spend their time slices polling while
+# the rank with work waits for a core. With heavy yield the poll loop also sleeps 1 ns (~60 us of timer
+# slack; strace: 20,300 sched_yield calls in a 1 s wait, 1,644 and 108 sleeps with it): tests/mpi files
+# at 8 ranks 20% faster and 16% less CPU (3 alternated pairs), at 2 ranks unchanged. Only the checks: the
+# bench and the demo keep MPICH's default. Open MPI ignores it.
 check test test-%: export MPIR_CVAR_ENABLE_HEAVY_YIELD = 1
 
 MPI_PYTEST = $(PY) -m mpi4py -m pytest --with-mpi -x --timeout $(TIMEOUT) --timeout-method thread --color=no -p no:cacheprovider
