@@ -88,9 +88,10 @@ check: venv ## the quick tier (~3 min on 2 cores): lint, types, unit tests that 
 # first failure stops the run (after the target beside it ends) and is make's exit status. Much of the
 # suite waits rather than computes: the unit tests that start processes wait for imports, timeouts and
 # aborts, the Slurm jobs for the scheduler, the docs and types use one core; beside them the multi-rank
-# runs, which use both cores, take the CPU that would sit idle. The longest (test-mpi) starts first, the
-# venvs that download (torchrec's, cupy's) are made beside it, and each later run on both cores is listed
-# next to one on a single core.
+# runs, which use both cores, take the CPU that would sit idle; even two 2-rank runs leave some (tests/mpi
+# at 2 ranks and test-no-c: 136 s one after the other, 97 s side by side). The longest (test-mpi) starts
+# first, the venvs that download (torchrec's, cupy's) are made beside it, and each later run on both
+# cores is listed next to one on a single core.
 TEST_JOBS ?= 2
 TEST_TARGETS = test-mpi test-unit test-slurm $(TORCHREC_VENV)/.installed test-cupy-names \
   test-torch typecheck test-no-c docs test-torchrec lint test-gpu-fake
