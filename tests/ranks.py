@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import numpy as np
 
 import mpicomm
@@ -16,3 +19,28 @@ def rank_size() -> tuple[int, int]:
 def exact_inputs(seed: int, w: int, n: int) -> np.ndarray:
     """Every rank's float32 input, shape (w, n), the same on every rank: small integers, so sums are exact."""
     return np.random.default_rng(seed).integers(0, 5, (w, n)).astype(np.float32)
+
+
+def in_threads(*targets: Callable[[], None], names: tuple[str, ...] = (), timeout: float = 60) -> None:
+    """Run the targets at once, each on a thread of its own (named from ``names``), and join them.
+
+    Fails the test with what any target raised, or when a thread is still running after ``timeout``.
+    """
+    errors: list[BaseException] = []
+
+    def run(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # reported below, on the test's thread
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=(target,), name=names[i] if i < len(names) else None)
+        for i, target in enumerate(targets)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=timeout)
+    assert not errors, errors
+    assert not any(th.is_alive() for th in threads), "a thread hung"

@@ -6,11 +6,10 @@ so mpicomm leaves the calls to any thread. Every rank computes the reference fro
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 from mpi4py import MPI
+from ranks import in_threads
 
 import mpicomm
 from mpicomm.core import watchdog
@@ -29,25 +28,16 @@ def test_two_threads_run_collectives_on_their_own_groups(world: mpicomm.ProcessG
     n, r, rounds = world.size(), world.rank(), 200
     groups = [mpicomm.new_group(list(range(n))) for _ in range(2)]
     got: dict[int, list[np.ndarray]] = {0: [], 1: []}
-    errors: list[BaseException] = []
 
     def work(t: int) -> None:
-        try:
-            for i in range(rounds):
-                x = np.full(3, float(r * 10 + t + i), np.float64)
-                mpicomm.all_reduce(x, group=groups[t])
-                out = [np.empty(2, np.int64) for _ in range(n)]
-                mpicomm.all_gather(out, np.array([r, t * 1000 + i]), group=groups[t])
-                got[t].append(np.concatenate([x, *out]))
-        except BaseException as exc:  # reported below, on the test's thread
-            errors.append(exc)
+        for i in range(rounds):
+            x = np.full(3, float(r * 10 + t + i), np.float64)
+            mpicomm.all_reduce(x, group=groups[t])
+            out = [np.empty(2, np.int64) for _ in range(n)]
+            mpicomm.all_gather(out, np.array([r, t * 1000 + i]), group=groups[t])
+            got[t].append(np.concatenate([x, *out]))
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=60)
-    assert not errors, errors
+    in_threads(lambda: work(0), lambda: work(1))
     for t in range(2):
         assert len(got[t]) == rounds
         for i, row in enumerate(got[t]):

@@ -12,6 +12,7 @@ raced group stays raced). Every rank builds the expected sums from the ranks' va
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from mpi4py import MPI
+from ranks import in_threads
 
 import mpicomm
 from mpicomm.core import busy, engine
@@ -52,30 +54,20 @@ def _hammer(
     """Two threads, ROUNDS all_reduces each on ``groups[t]``: per thread the outcome of each call."""
     outcomes: dict[int, list[str]] = {0: [], 1: []}
     messages: list[str] = []
-    crashed: list[BaseException] = []
 
     def work(t: int) -> None:
-        try:
-            for i in range(ROUNDS):
-                x = make(1000.0 * t + i + r / 8)
-                try:
-                    mpicomm.all_reduce(x, group=groups[t])
-                except DistError as exc:  # the program goes on: every rank makes every call
-                    outcomes[t].append("raised")
-                    messages.append(str(exc))
-                    continue
-                want = sum(1000.0 * t + i + s / 8 for s in range(n))
-                outcomes[t].append("right" if np.all(_values(x) == want) else "WRONG")
-        except BaseException as exc:
-            crashed.append(exc)
+        for i in range(ROUNDS):
+            x = make(1000.0 * t + i + r / 8)
+            try:
+                mpicomm.all_reduce(x, group=groups[t])
+            except DistError as exc:  # the program goes on: every rank makes every call
+                outcomes[t].append("raised")
+                messages.append(str(exc))
+                continue
+            want = sum(1000.0 * t + i + s / 8 for s in range(n))
+            outcomes[t].append("right" if np.all(_values(x) == want) else "WRONG")
 
-    threads = [threading.Thread(target=work, args=(t,), name=f"hammer{t}") for t in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    assert not crashed, crashed
-    assert not any(th.is_alive() for th in threads), "a thread hung"
+    in_threads(lambda: work(0), lambda: work(1), names=("hammer0", "hammer1"), timeout=120)
     return outcomes, messages
 
 
@@ -147,12 +139,7 @@ def test_a_call_while_another_thread_is_inside_raises_and_so_does_that_one(
         except DistError as exc:
             got["b"] = str(exc)
 
-    threads = [threading.Thread(target=a, name="thread-A"), threading.Thread(target=b, name="thread-B")]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=60)
-    assert not any(th.is_alive() for th in threads), "a thread hung"
+    in_threads(a, b, names=("thread-A", "thread-B"))
     for name in ("a", "b"):  # each call either gave the right sum or raised the error
         assert got[name] == float(n) or "two threads called on group" in str(got[name]), got
     if r != 0 and n > 1:
@@ -171,20 +158,13 @@ def test_the_hold_is_let_go_when_a_call_raises(world: mpicomm.ProcessGroup) -> N
     with pytest.raises(ArgumentTypeError, match="all_reduce"):
         mpicomm.all_reduce(np.ones(2), op="no such op", group=group)
     assert group not in busy._BUSY
-    errors: list[BaseException] = []
 
     def other() -> None:  # another thread's call is then neither refused nor raced
-        try:
-            x = np.ones(2)
-            mpicomm.all_reduce(x, group=group)
-            assert x.tolist() == [n, n]
-        except BaseException as exc:
-            errors.append(exc)
+        x = np.ones(2)
+        mpicomm.all_reduce(x, group=group)
+        assert x.tolist() == [n, n]
 
-    th = threading.Thread(target=other)
-    th.start()
-    th.join(timeout=60)
-    assert not errors, errors
+    in_threads(other)
     assert group not in busy._RACED
     mpicomm.destroy_process_group(group)
 
@@ -205,9 +185,7 @@ def test_calls_taken_one_after_the_other_by_threads_and_async_calls_are_not_race
         results.append(float(x[0]))
 
     for value in (1.0, 2.0):
-        th = threading.Thread(target=step, args=(value,))
-        th.start()
-        th.join(timeout=60)
+        in_threads(functools.partial(step, value))
     step(3.0)
     engine.drain()
     want = [n * v + sum(range(n)) for v in (1.0, 2.0, 3.0)]
@@ -224,30 +202,18 @@ def test_point_to_point_threads_share_a_group(world: mpicomm.ProcessGroup) -> No
     group = mpicomm.new_group(list(range(n)), timeout=60)
     right, left = (r + 1) % n, (r - 1) % n
     got: list[float] = []
-    errors: list[BaseException] = []
 
     def sender() -> None:
-        try:
-            for i in range(50):
-                mpicomm.send(np.array([float(r * 100 + i)]), dst=right, group=group, tag=7)
-        except BaseException as exc:
-            errors.append(exc)
+        for i in range(50):
+            mpicomm.send(np.array([float(r * 100 + i)]), dst=right, group=group, tag=7)
 
     def receiver() -> None:
-        try:
-            for _ in range(50):
-                y = np.empty(1)
-                mpicomm.recv(y, src=left, group=group, tag=7)
-                got.append(float(y[0]))
-        except BaseException as exc:
-            errors.append(exc)
+        for _ in range(50):
+            y = np.empty(1)
+            mpicomm.recv(y, src=left, group=group, tag=7)
+            got.append(float(y[0]))
 
-    threads = [threading.Thread(target=sender), threading.Thread(target=receiver)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=60)
-    assert not errors, errors
+    in_threads(sender, receiver)
     assert got == [float(left * 100 + i) for i in range(50)]
     assert group not in busy._RACED
     mpicomm.destroy_process_group(group)
@@ -260,28 +226,19 @@ def test_object_collectives_of_two_threads_on_one_group_give_right_data_or_the_e
     n, r = world.size(), world.rank()
     group = mpicomm.new_group(list(range(n)), timeout=60)
     outcomes: list[str] = []
-    crashed: list[BaseException] = []
 
     def work(t: int) -> None:
-        try:
-            for i in range(40):
-                out: list[Any] = [None] * n
-                try:
-                    mpicomm.all_gather_object(out, (t, i, r), group=group)
-                except DistError as exc:
-                    assert "all_gather_object: two threads called on group" in str(exc), exc
-                    outcomes.append("raised")
-                    continue
-                outcomes.append("right" if out == [(t, i, s) for s in range(n)] else "WRONG")
-        except BaseException as exc:
-            crashed.append(exc)
+        for i in range(40):
+            out: list[Any] = [None] * n
+            try:
+                mpicomm.all_gather_object(out, (t, i, r), group=group)
+            except DistError as exc:
+                assert "all_gather_object: two threads called on group" in str(exc), exc
+                outcomes.append("raised")
+                continue
+            outcomes.append("right" if out == [(t, i, s) for s in range(n)] else "WRONG")
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    assert not crashed, crashed
+    in_threads(lambda: work(0), lambda: work(1), timeout=120)
     assert len(outcomes) == 80 and "WRONG" not in outcomes, outcomes
     assert group not in busy._BUSY
     mpicomm.destroy_process_group(group)
