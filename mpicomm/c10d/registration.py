@@ -126,7 +126,7 @@ def _create(opts: Any, backend_options: Any) -> MpicommProcessGroup:
             )
         w.timeout = timeout
         group = w
-        sleep_in_long_waits()  # MPICH's long waits sleep, as gloo's do (c10d/waiting.py)
+        sleep_in_long_waits(w.size())  # oversubscribed: MPICH's waits sleep, as gloo's (c10d/waiting.py)
     else:
         group = groups.new_group(
             ranks, timeout=timeout, use_local_synchronization=True, group_desc=f"torch:{opts.group_id}"

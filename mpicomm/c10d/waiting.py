@@ -8,13 +8,20 @@ a table-wise torchrec DLRM step (five all-to-alls a step) spent 1.2-2.9x gloo's 
 was 1.1-2.7x gloo's wall time on a loaded 2-core machine, while its fastest steps were faster than
 gloo's (docs/benchmarks.rst, "torchrec step").
 
+Where each rank has a core, polling is what makes MPI fast: on the same 2-core machine with
+nothing else running, the step polling was 0.75-0.85x gloo's and sleeping 1.19-1.29x (four runs of
+``--ops torchrec``). So the waits sleep only where the node is oversubscribed: more of the job's
+ranks on it than it has cores (the launcher's ``LOCAL_WORLD_SIZE``, :mod:`mpicomm.c10d.launch`,
+or the world size where no launcher says).
+
 MPICH yields between polls after ``MPIR_CVAR_POLLS_BEFORE_YIELD`` empty ones (1,000); its
 ``MPIR_CVAR_ENABLE_HEAVY_YIELD`` makes that yield a short sleep. :func:`sleep_in_long_waits` (run when
 torch makes the default group of backend ``"mpicomm"``) turns it on through MPI's tool interface
 (``MPI_T_cvar_write``): MPI has started by then, so the environment is read too late. A wait shorter
 than the first 1,000 polls (every small call on a quiet machine) is unchanged: the 8-byte
 ``all_reduce``'s fastest time is the same. A user who set the variable (to 0 or 1, under either of
-MPICH's names) keeps their choice; other MPI libraries are left as they are.
+MPICH's names) keeps their choice, on a machine shared with other jobs too (set it to 1 there);
+other MPI libraries are left as they are.
 """
 
 from __future__ import annotations
@@ -25,8 +32,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _mpi
+from .launch import launcher_variables
 
-__all__ = ["CVAR", "heavy_yield", "set_heavy_yield", "sleep_in_long_waits"]
+__all__ = ["CVAR", "heavy_yield", "oversubscribed", "set_heavy_yield", "sleep_in_long_waits"]
 
 #: MPICH's control variable; ``MPICH_ENABLE_HEAVY_YIELD`` is its other name in the environment.
 CVAR = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
@@ -73,23 +81,45 @@ def _read(lib: Any, handle: ctypes.c_void_p) -> int:
     return value.value
 
 
-def sleep_in_long_waits() -> bool:
-    """Make MPICH sleep in long waits (once per process); returns whether this call turned it on.
+def oversubscribed(world_size: int, cores: int | None = None) -> bool:
+    """Whether more of the job's ranks run on this node than it has cores.
 
-    Returns False, changing nothing, when the user set the variable, when MPI is not MPICH, or when
-    MPI's tool interface does not offer the variable.
+    Args:
+        world_size: The job's ranks, for where no launcher variable says how many share the node.
+        cores: The node's cores; ``os.cpu_count()`` by default.
+
+    Example:
+        >>> from mpicomm.c10d.waiting import oversubscribed
+        >>> oversubscribed(8, cores=2), oversubscribed(2, cores=2)
+        (True, False)
+    """
+    local = launcher_variables().get("LOCAL_WORLD_SIZE")
+    ranks = int(local[0]) if local is not None else world_size
+    return ranks > (cores if cores is not None else os.cpu_count() or 1)
+
+
+def sleep_in_long_waits(world_size: int, cores: int | None = None) -> bool:
+    """Make MPICH sleep in long waits where the node is oversubscribed; whether this call turned it on.
+
+    Runs once per process. Returns False, changing nothing, where each rank has a core
+    (:func:`oversubscribed`), when the user set the variable, when MPI is not MPICH, or when MPI's
+    tool interface does not offer the variable.
+
+    Args:
+        world_size: The job's ranks (see :func:`oversubscribed`).
+        cores: The node's cores; ``os.cpu_count()`` by default.
 
     Example:
         >>> import mpicomm
         >>> from mpicomm.c10d.waiting import sleep_in_long_waits
         >>> _ = mpicomm.init()
-        >>> sleep_in_long_waits() in (True, False)
-        True
+        >>> sleep_in_long_waits(1, cores=1)  # a rank with a core of its own polls, as MPICH does
+        False
     """
     if _State.done or any(n in os.environ for n in _NAMES):
         return False
     _State.done = True
-    return set_heavy_yield(1)
+    return oversubscribed(world_size, cores) and set_heavy_yield(1)
 
 
 def set_heavy_yield(value: int) -> bool:

@@ -1,9 +1,10 @@
 """How the backend waits, for torchrec's table-wise step: sleeping MPICH waits, all-to-alls in flight.
 
 ``init_process_group("mpicomm")`` sets MPICH's ``MPIR_CVAR_ENABLE_HEAVY_YIELD`` through MPI's tool
-interface (``mpicomm.c10d.waiting``), so a rank waiting for a late peer sleeps as gloo's waits do
-instead of polling a core; read back the same way, it is on. A user who set the variable in the
-environment keeps their value. An ``async_op`` ``all_to_all_single`` (torchrec's KJT and pooled
+interface (``mpicomm.c10d.waiting``) where the node is oversubscribed, so a rank waiting for a late
+peer sleeps as gloo's waits do instead of polling a core it shares; where each rank has a core it
+leaves MPICH polling (faster there). A user who set the variable in the environment keeps their
+value. An ``async_op`` ``all_to_all_single`` (torchrec's KJT and pooled
 embeddings) runs on mpicomm's communication thread: several in flight, then waited, give gloo's rows.
 """
 
@@ -31,30 +32,57 @@ def _mpich() -> bool:
     return _mpi.MPI is not None and "MPICH" in _mpi.MPI.Get_library_version()
 
 
-@pytest.mark.skipif(not _mpich(), reason="MPICH's variable")
-def test_the_default_group_turns_on_mpichs_sleeping_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+def _default_group_leaves(monkeypatch: pytest.MonkeyPatch, oversubscribed: bool) -> int | None:
+    """MPICH's variable after ``init_process_group("mpicomm")`` on a node (not) oversubscribed, from 0."""
     for name in waiting._NAMES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(waiting._State, "done", False)
+    monkeypatch.setattr(waiting, "oversubscribed", lambda world_size, cores=None: oversubscribed)
     w = mpicomm.init()
-    saved = w.timeout
+    saved, before = w.timeout, waiting.heavy_yield()
+    assert waiting.set_heavy_yield(0)
     dist.init_process_group("mpicomm")
     try:
-        assert waiting.heavy_yield() == 1
+        value = waiting.heavy_yield()
         t = torch.full((3,), float(dist.get_rank()))
-        dist.all_reduce(t)  # calls still run, with the sleeping waits
+        dist.all_reduce(t)  # calls still run, with either kind of wait
         size = dist.get_world_size()
         assert t.tolist() == [size * (size - 1) / 2] * 3
     finally:
         dist.destroy_process_group()
         w.timeout = saved
+        waiting.set_heavy_yield(before or 0)
+    return value
+
+
+@pytest.mark.skipif(not _mpich(), reason="MPICH's variable")
+def test_the_default_group_turns_on_sleeping_waits_where_the_node_is_oversubscribed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _default_group_leaves(monkeypatch, oversubscribed=True) == 1
+
+
+@pytest.mark.skipif(not _mpich(), reason="MPICH's variable")
+def test_the_default_group_leaves_mpichs_polling_where_each_rank_has_a_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _default_group_leaves(monkeypatch, oversubscribed=False) == 0
+
+
+def test_oversubscribed_counts_the_launchers_ranks_on_the_node_else_the_world(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(waiting, "launcher_variables", lambda: {"LOCAL_WORLD_SIZE": ("4", "MPI_LOCALNRANKS")})
+    assert waiting.oversubscribed(1, cores=2) and not waiting.oversubscribed(64, cores=4)
+    monkeypatch.setattr(waiting, "launcher_variables", dict)
+    assert waiting.oversubscribed(3, cores=2) and not waiting.oversubscribed(2, cores=2)
 
 
 def test_a_value_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(waiting._State, "done", False)
     monkeypatch.setenv(waiting.CVAR, "0")
     before = waiting.heavy_yield()
-    assert waiting.sleep_in_long_waits() is False
+    assert waiting.sleep_in_long_waits(8, cores=1) is False
     assert waiting.heavy_yield() == before
 
 

@@ -7,8 +7,9 @@ tables, SGD on the dense part). A step makes five ``all_to_all_single`` calls wi
 and their gradients backward) and DDP's ``all_reduce`` of the dense gradients.
 
 Three contenders, each on its own copy of the model, interleaved (alternating order, the quiet gate,
-max over ranks): ``mpicomm`` as ``init_process_group("mpicomm")`` leaves MPICH (long waits sleep:
-:mod:`mpicomm.c10d.waiting`), ``mpicomm polling`` (MPICH's default, switched back for its samples
+max over ranks): ``mpicomm`` as ``init_process_group("mpicomm")`` leaves MPICH (long waits sleep
+where the node is oversubscribed, :mod:`mpicomm.c10d.waiting`; the report prints which), ``mpicomm
+polling`` (MPICH's default, switched on for its samples
 only) and ``gloo``. Each sample times :data:`STEPS` steps and also reads the process's CPU time, which
 shows what a polling wait costs a shared machine. Before timing, one step of each on the same model
 and batch is checked: equal losses (bitwise at one and two ranks, float32 rounding from three).
@@ -205,7 +206,8 @@ def torchrec_step_lines(res: dict[str, Any]) -> str:
     out = [
         f"torchrec: table-wise DLRM step ({TABLES} tables x {ROWS} rows x {DIM}, batch {BATCH} a rank), "
         f"{res['world_size']} ranks, ms per step median (min), CPU ms per step; check "
-        f"{'ok' if res['check'] else 'FAILED'}"
+        f"{'ok' if res['check'] else 'FAILED'}; init_process_group left MPICH's waits "
+        f"{ {1: 'sleeping', 0: 'polling'}.get(res.get('sleeping_waits'), 'as they were') }"  # type: ignore[arg-type]
     ]
     for case, s in steps.items():
         out.append(
