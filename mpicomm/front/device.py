@@ -6,19 +6,20 @@ arrays on one side, device ones on the current device), then takes one path:
 
 * **direct**: the MPI is CUDA-aware (:func:`~mpicomm.gpu.cuda_aware.cuda_awareness`) and it is a
   data-movement call with a direct implementation (``mpicomm.gpu.direct``), blocking or one of the
-  collectives that serve ``async_op=True`` with a completed Work; device pointers go to MPI after the
-  caller's current stream is synchronised.
+  collectives that serve ``async_op=True``; device pointers go to MPI after the caller's current
+  stream has run the work queued before the call.
 * **staged**: everything else; through pinned host buffers around the host implementation
   (``mpicomm.gpu.staged``), or the chunked pipeline for large element-wise reductions
   (``mpicomm.gpu.pipeline``).
 
-Which path a call takes, and so which MPI calls it makes, does not depend on ``async_op``: the direct
-collectives and the pipeline run an asynchronous call as a blocking one and return a completed Work,
-so ranks may differ in ``async_op`` as they may in array kind (``mpicomm.core.chunks``). With calls
-queued on mpicomm's communication thread (``mpicomm.core.engine``), the direct and pipelined paths
-wait for the queue, then run on the caller's thread (they do not overlap yet); a staged call
-downloads its inputs on the caller's stream, and its host part is queued like a host call (the
-upload follows in its Work's ``wait``), so stream order holds.
+Which path a call takes, and so which MPI calls it makes, does not depend on ``async_op``, so ranks
+may differ in ``async_op`` as they may in array kind (``mpicomm.core.chunks``). An asynchronous call
+returns at once on every path: a direct or pipelined one is queued whole on mpicomm's communication
+thread (``mpicomm.core.engine``), after an event recorded on the caller's stream that the engine
+waits for (``mpicomm.gpu.posted``); a staged call downloads its inputs on the caller's stream, and
+its host part is queued like a host call (the upload follows in its Work's ``wait``), so stream
+order holds. A blocking direct or pipelined call made while calls are queued waits for the queue,
+then runs on the caller's thread.
 
 The staged path copies only what the host code reads and writes on this rank: nothing on a rank
 outside the group; the root's array only down and the others' only up for ``broadcast``; every
@@ -136,8 +137,8 @@ def on_device(
     """
     arguments = bound.arguments
     largest = _check_sides(fn, arguments, roles)
-    if _Threads.pending:  # the direct and pipelined paths enter MPI here: after the queued calls
-        drain(None, fn)
+    if _Threads.pending and arguments.get("async_op") is not True:
+        drain(None, fn)  # a blocking direct or pipelined call enters MPI here: after the queued calls
     if largest <= chunks.Setting.least:
         pipelined = None  # one chunk: the pipeline would decline (core.chunks)
     from ..gpu.cuda_aware import cuda_awareness

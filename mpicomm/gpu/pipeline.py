@@ -34,8 +34,8 @@ from typing import Any
 from ..core import chunks
 from ..core.groups import ProcessGroup, resolve, root_rank
 from ..core.reduce_op import ReduceOp
-from ..core.work import completed
 from ..dense import alltoall, reductions
+from . import posted
 from .direct import _overlap
 from .staged import Staging
 from .staging import ChunkPlan, plan_chunks
@@ -43,19 +43,10 @@ from .staging import ChunkPlan, plan_chunks
 __all__ = ["all_reduce", "all_to_all_single", "broadcast", "reduce", "run_chunks"]
 
 
-def _plan(
-    x: Any, group: ProcessGroup | None, fn: str, parts: int = 1
-) -> tuple[ProcessGroup, ChunkPlan] | Any:
-    """The group and the chunk plan if the call is pipelined (every rank pipelines it), else what to return.
+def _local(x: Any, group: ProcessGroup | None, fn: str, parts: int = 1) -> tuple[ProcessGroup, int] | Any:
+    """The group and the chunk length if the call may be pipelined (no MPI call), else ``NotImplemented``.
 
-    That is ``NotImplemented`` where nothing was asked (the staged path serves the call as usual),
-    or :data:`~mpicomm.core.chunks.ONE_CALL` where every rank was asked and one does not pipeline.
-
-    ``async_op`` plays no part: an asynchronous call pipelines like a blocking one and returns a
-    completed Work, so ranks that differ in ``async_op`` make the same MPI calls.
-
-    ``parts``: ``x`` is cut in that many equal parts that move together, one chunk of each per step
-    (``all_to_all_single``): the plan covers one part, with chunks of ``1 / parts`` of the chunk size.
+    ``NotImplemented`` where nothing will be asked: the staged path serves the call as usual.
     """
     try:
         g = resolve(group, fn)
@@ -66,9 +57,56 @@ def _plan(
     step = chunks.step(int(x.nbytes), x.itemsize, parts)
     if not step:  # one chunk: not pipelined
         return NotImplemented
-    if not chunks.split(g.comm, True):  # a rank holds host arrays (or takes another path): one call
-        return chunks.ONE_CALL  # the staged call that follows sends it whole without asking again
-    return g, plan_chunks(int(x.nbytes) // parts, x.itemsize, step)
+    return g, step
+
+
+def _serve(
+    fn: str,
+    x: Any,
+    group: ProcessGroup | None,
+    async_op: bool,
+    make: Callable[[], Callable[[ChunkPlan, Any], None]],
+    shown: Any,
+    parts: int = 1,
+) -> Any:
+    """Ask every rank whether the call is pipelined, then run it in chunks (or in one, asynchronously).
+
+    ``make()`` prepares the call on the caller's thread (strided arrays made contiguous on its
+    stream) and returns ``run(plan, producer)``, which pipelines it (``producer``: the event the
+    copy streams wait for before the first download, or None for the caller's stream now).
+
+    Blocking: asked here; where a rank does not pipeline (holds host arrays, or takes another path)
+    it returns :data:`~mpicomm.core.chunks.ONE_CALL` and the staged path sends the message whole.
+    ``async_op``: the question and the chunks run on mpicomm's communication thread after the
+    caller's stream as it is now (:func:`mpicomm.gpu.posted.post`); where a rank does not pipeline,
+    the message goes through the same buffers in one chunk, the host call inside
+    :class:`~mpicomm.core.chunks.answered` (one call, as the staged path makes it). Either way the
+    MPI calls do not depend on ``async_op``.
+
+    ``parts``: ``x`` is cut in that many equal parts that move together, one chunk of each per step
+    (``all_to_all_single``): the plan covers one part, with chunks of ``1 / parts`` of the chunk size.
+    """
+    found = _local(x, group, fn, parts)
+    if type(found) is not tuple:
+        return found
+    g, step = found
+    nbytes = int(x.nbytes) // parts
+    if not async_op:
+        if not chunks.split(g.comm, True):  # a rank holds host arrays (or takes another path): one call
+            return chunks.ONE_CALL  # the staged call that follows sends it whole without asking again
+        make()(plan_chunks(nbytes, x.itemsize, step), None)
+        return None
+    run = make()
+    comm = g.comm
+
+    def move(producer: Any) -> None:
+        if chunks.split(comm, True):
+            run(plan_chunks(nbytes, x.itemsize, step), producer)
+            return
+        with chunks.answered():  # the host call sends it whole and does not ask again
+            run(plan_chunks(nbytes, x.itemsize, nbytes), producer)
+
+    return posted.post(fn, g, move, [shown], posted.device_of(shown))
 
 
 def _root(group: ProcessGroup | None, world: int | None, local: int | None, fn: str, arg: str) -> int | None:
@@ -89,6 +127,7 @@ def run_chunks(
     down: bool = True,
     up: bool = True,
     out_parts: int = 1,
+    at_call: Any = None,
 ) -> None:
     """Run ``step(host_in, host_out)`` chunk by chunk through two pooled host buffers.
 
@@ -110,6 +149,8 @@ def run_chunks(
         down: Copy each chunk down before ``step``.
         up: Copy each chunk up after ``step``.
         out_parts: How many parts ``dst`` has (the group size for all_to_all_single, else 1).
+        at_call: The event the copy streams wait for before the first copy (recorded on the
+            caller's stream at the call), or None: the caller's current stream now.
     """
     be, d2h, h2d = stage.be, stage.d2h, stage.h2d
     size, m = dst.itemsize, dst.size // out_parts
@@ -121,7 +162,8 @@ def run_chunks(
     freed: list[Any] = [None, None]
     stage._queued = True  # from here a failure must wait for the copy streams before release
     try:
-        at_call = be.current_stream().record()
+        if at_call is None:
+            at_call = be.current_stream().record()
         d2h.wait_event(at_call)
         if up:
             h2d.wait_event(at_call)
@@ -157,17 +199,19 @@ def run_chunks(
         stage.release()
 
 
-def _run(
+def _runner(
     tensor: Any,
-    plan: ChunkPlan,
     step: Callable[[Any, Any], Any],
     down: bool,
     up: bool,
     out: Any = None,
     parts: int = 1,
     out_parts: int = 1,
-) -> None:
-    """Pipeline ``tensor`` (and the separate output ``out``), strided ones through contiguous copies."""
+) -> Callable[[ChunkPlan, Any], None]:
+    """``run(plan, at_call)`` pipelining ``tensor`` (and the separate output ``out``), prepared here.
+
+    Strided arrays go through contiguous copies, queued now on the caller's current stream.
+    """
     stage = Staging()
     be = stage.be
     src = be.contiguous(tensor).reshape(-1)
@@ -176,22 +220,25 @@ def _run(
         dst = src
     else:
         dst = out.reshape(-1) if out.flags.c_contiguous else be.empty(out.shape, out.dtype).reshape(-1)
-    run_chunks(stage, plan, src, dst, step, parts, down, up, out_parts)
-    if up and not target.flags.c_contiguous:
-        be.copy(target, dst.reshape(target.shape), stage.h2d)
-        stage.h2d.synchronize()
+
+    def run(plan: ChunkPlan, at_call: Any) -> None:
+        run_chunks(stage, plan, src, dst, step, parts, down, up, out_parts, at_call)
+        if up and not target.flags.c_contiguous:
+            be.copy(target, dst.reshape(target.shape), stage.h2d)
+            stage.h2d.synchronize()
+
+    return run
 
 
 def all_reduce(
     tensor: Any, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None = None, async_op: bool = False
 ) -> Any:
     """``all_reduce`` of a large device array in pipelined chunks (see the module docstring)."""
-    found = _plan(tensor, group, "all_reduce")
-    if type(found) is not tuple:
-        return found
-    _, plan = found
-    _run(tensor, plan, lambda h, _o: reductions.all_reduce(h, op, group), True, True)
-    return completed([tensor]) if async_op else None
+
+    def make() -> Callable[[ChunkPlan, Any], None]:
+        return _runner(tensor, lambda h, _o: reductions.all_reduce(h, op, group), True, True)
+
+    return _serve("all_reduce", tensor, group, async_op, make, tensor)
 
 
 def broadcast(
@@ -203,17 +250,18 @@ def broadcast(
 ) -> Any:
     """``broadcast`` of a large device array in pipelined chunks (see the module docstring)."""
     root = _root(group, src, group_src, "broadcast", "src")
-    found = NotImplemented if root is None else _plan(tensor, group, "broadcast")
-    if type(found) is not tuple or root is None:
-        return found
-    g, plan = found
-    mine = g.rank() == root
+    if root is None:
+        return NotImplemented
+    g = resolve(group, "broadcast")
+    mine, world_root = g.rank() == root, g.ranks[root]
 
     def step(h: Any, _o: Any) -> None:
-        reductions.broadcast(h, g.ranks[root], group)
+        reductions.broadcast(h, world_root, group)
 
-    _run(tensor, plan, step, down=mine, up=not mine)
-    return completed([tensor]) if async_op else None
+    def make() -> Callable[[ChunkPlan, Any], None]:
+        return _runner(tensor, step, down=mine, up=not mine)
+
+    return _serve("broadcast", tensor, group, async_op, make, tensor)
 
 
 def reduce(
@@ -226,16 +274,18 @@ def reduce(
 ) -> Any:
     """``reduce`` of a large device array in pipelined chunks: only the destination's array is written."""
     root = _root(group, dst, group_dst, "reduce", "dst")
-    found = NotImplemented if root is None else _plan(tensor, group, "reduce")
-    if type(found) is not tuple or root is None:
-        return found
-    g, plan = found
+    if root is None:
+        return NotImplemented
+    g = resolve(group, "reduce")
+    mine, world_root = g.rank() == root, g.ranks[root]
 
     def step(h: Any, _o: Any) -> None:
-        reductions.reduce(h, g.ranks[root], op, group)
+        reductions.reduce(h, world_root, op, group)
 
-    _run(tensor, plan, step, down=True, up=g.rank() == root)
-    return completed([tensor]) if async_op else None
+    def make() -> Callable[[ChunkPlan, Any], None]:
+        return _runner(tensor, step, down=True, up=mine)
+
+    return _serve("reduce", tensor, group, async_op, make, tensor)
 
 
 def all_to_all_single(
@@ -270,13 +320,11 @@ def all_to_all_single(
         return NotImplemented  # the host code serves the call or raises its error
     if _overlap(input, output):
         return NotImplemented  # overlapping memory: the staged path keeps the host code's aliasing rules
-    found = _plan(output, group, fn, parts=n)
-    if type(found) is not tuple:
-        return found
-    _, plan = found
 
     def step(h: Any, o: Any) -> None:
         alltoall.all_to_all_single(o, h, group=group)
 
-    _run(input, plan, step, down=True, up=True, out=output, parts=n, out_parts=n)
-    return completed([output]) if async_op else None
+    def make() -> Callable[[ChunkPlan, Any], None]:
+        return _runner(input, step, down=True, up=True, out=output, parts=n, out_parts=n)
+
+    return _serve(fn, output, group, async_op, make, output, parts=n)
