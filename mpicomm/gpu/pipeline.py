@@ -214,7 +214,8 @@ def _runner(
     """
     stage = Staging()
     be = stage.be
-    src = be.contiguous(tensor).reshape(-1)
+    src = be.contiguous(tensor)
+    src = src if src.ndim == 1 else src.reshape(-1)  # the common 1-D case: no view to make
     target = tensor if out is None else out
     if out is None:
         dst = src
