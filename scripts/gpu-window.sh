@@ -17,7 +17,8 @@
 #          the mixed-kind tests of issue 35 (host and device ranks in one call; test_paths_gpu.py, from
 #          tests/mpi/test_gpu_mixed_kinds.py; ranks differing in async_op, from test_gpu_async_mixed.py)
 #          and the torch backend's CUDA tests (test_torch_backend_gpu.py,
-#          where it exists); then tests/gpu (marker gpu) at 2 and 4 ranks: staged (mpich) and direct (Open
+#          where it exists), and issue 41's async direct and pipelined calls (test_async_paths_gpu.py:
+#          stream order, ranks differing in async_op; never yet run on a GPU); then tests/gpu (marker gpu) at 2 and 4 ranks: staged (mpich) and direct (Open
 #          MPI), CUDA-awareness decided automatically (MPICOMM_CUDA_AWARE unset; GPU_EXPECT_PATH makes a wrong
 #          decision fail); tests/gpu/test_paths_gpu.py reruns the CPU checks of issues 24 and 35 on the GPU;
 #          GPU_WINDOW_CPU_SUITE=1 adds tests/mpi at 2 ranks on mpich as a sanity check
@@ -434,8 +435,9 @@ s_owed() { # NP: what earlier windows owe, by name, staged (see the usage)
   local -a ids=(
     "tests/gpu/test_collectives_gpu.py::test_a_torch_tensor_written_on_torchs_side_stream_is_read_after_that_work"
     "tests/gpu/test_paths_gpu.py"
+    "tests/gpu/test_async_paths_gpu.py"
   )
-  local -a sel=(-k "torchs_side_stream or each_rank_holding or issue_case or still_pipeline or host_then_device or each_ranks_kind or pipeline_like or async_pipelined or reported_case or (differing_in_async_op_and_kind and many and rank1) or (float16_reductions and rank1)")
+  local -a sel=(-k "torchs_side_stream or each_rank_holding or issue_case or still_pipeline or host_then_device or each_ranks_kind or pipeline_like or async_pipelined or reported_case or (differing_in_async_op_and_kind and many and rank1) or (float16_reductions and rank1) or test_async_paths_gpu")
   if [ -f tests/gpu/test_torch_backend_gpu.py ]; then
     ids+=(tests/gpu/test_torch_backend_gpu.py)
     sel=(-k "${sel[1]} or torch_backend_gpu")
@@ -573,7 +575,7 @@ plan() { # the steps, their wanted timeouts, and whether each function exists
   phase_bench
   echo "steps: $((n_setup + n_test + n_bench)); budget ${BUDGET_S}s; MPS: $(command -v nvidia-cuda-mps-control || echo 'not here')"
   for t in tests/gpu/test_collectives_gpu.py tests/gpu/test_paths_gpu.py tests/mpi/test_gpu_mixed_kinds.py \
-    tests/gpu/test_torch_backend_gpu.py; do
+    tests/gpu/test_torch_backend_gpu.py tests/gpu/test_async_paths_gpu.py tests/mpi/test_gpu_async_paths.py; do
     if [ -f "$t" ]; then echo "present  $t"; else echo "absent   $t"; fi
   done
   grep -q 'def test_a_torch_tensor_written_on_torchs_side_stream_is_read_after_that_work' \
