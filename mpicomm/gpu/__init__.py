@@ -7,6 +7,8 @@
   stream-ordered, with an asynchronous :class:`~mpicomm.Work` that uploads on completion.
 - ``pipeline``: large ``all_reduce``, ``broadcast``, ``reduce`` and ``all_to_all_single`` in
   double-buffered chunks, each chunk the host implementation.
+- ``posted``: the direct and pipelined paths' ``async_op=True`` calls, queued on the engine after
+  an event on the caller's stream (:class:`~mpicomm.gpu.posted.DeviceWork`).
 - ``staging``: the reusable pinned host pool and the chunk plans that stage device data through it.
 - ``device``: binding each rank to a GPU by its node-local rank.
 

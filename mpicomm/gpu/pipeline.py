@@ -13,11 +13,14 @@ Whether the chunks go on the wire is asked of every rank first (:func:`mpicomm.c
 only where every rank pipelines (all hold device arrays) does the message go in chunks; where any
 rank holds host arrays (numpy, torch CPU), which never chunk (their speed), or takes another path,
 every rank sends it in one call, and this rank stages it whole. So ranks may hold any kind and any
-layout in one call. ``async_op`` plays no part: an asynchronous call asks and pipelines like a
-blocking one, finishes before it returns and hands back a completed Work (the host path's
-semantics), so ranks may differ in ``async_op`` too. A strided array goes through a contiguous
-device copy. ``reduce_scatter_tensor`` is not pipelined. The order of the waits is checked on the
-CPU with the lazy fake cupy (``tests/mpi/test_gpu_fakecupy.py``), and on a GPU by ``tests/gpu``.
+layout in one call. ``async_op`` plays no part in the MPI calls: an asynchronous call asks and
+pipelines like a blocking one, on mpicomm's communication thread after the caller's stream as it
+was at the call (:mod:`mpicomm.gpu.posted`), and returns at once; where a rank does not pipeline it
+sends the message whole through the same buffers (one chunk). So ranks may differ in ``async_op``
+too. A strided array goes through a contiguous device copy. ``reduce_scatter_tensor`` is not
+pipelined. The order of the waits is checked on the CPU with the lazy fake cupy
+(``tests/mpi/test_gpu_fakecupy.py``, ``tests/mpi/test_gpu_async_paths.py``), and on a GPU by
+``tests/gpu`` (the asynchronous calls not yet).
 
 Each function returns ``NotImplemented`` where it does not apply (small calls, a rank outside the
 group, arguments the host code would refuse); the generic staged path then serves the call or raises
