@@ -34,9 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..core import chunks
+from ..core import chunks, validation
+from ..core.engine import drain
 from ..core.groups import ProcessGroup, resolve, root_rank
 from ..core.reduce_op import ReduceOp
+from ..core.work import completed
 from ..dense import alltoall, reductions
 from . import posted
 from .direct import _overlap
@@ -92,6 +94,10 @@ def _serve(
     found = _local(x, group, fn, parts)
     if type(found) is not tuple:
         return found
+    if async_op and validation._Flag.on:  # validation mode: checked and exchanged at the call, here
+        drain(None, fn)
+        done = _serve(fn, x, group, False, make, shown, parts)
+        return completed([shown]) if done is None else done
     g, step = found
     nbytes = int(x.nbytes) // parts
     if not async_op:

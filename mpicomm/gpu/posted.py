@@ -28,8 +28,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.engine import EngineWork, Spec, submit
-from ..core.engine_work import _refuse
+from ..core.engine_work import _Q, _refuse
 from ..core.groups import ProcessGroup
+from ..core.watchdog import _get_ident, _Threads
 from ..core.work import Work, completed
 from .backend import backend
 
@@ -111,8 +112,11 @@ def post(
     shown: list[Any],
     device: Any,
     keep: Any = None,
-) -> DeviceWork:
+) -> Work:
     """Queue ``move`` on the engine after the caller's current stream as it is now; its Work.
+
+    Where there is no engine (``MPICOMM_ENGINE=0``) or this is the engine's own thread, ``move`` runs
+    here and the Work returned is complete.
 
     Args:
         fn: The public name (errors and the watchdog name it).
@@ -130,6 +134,10 @@ def post(
     def run() -> None:
         with device if device is not None else contextlib.nullcontext():
             move(producer)
+
+    if not _Q.enabled or _get_ident() == _Threads.engine:
+        run()  # MPICOMM_ENGINE=0, or a callback on the engine's thread: the call runs here, in its turn
+        return completed(list(shown))
 
     inner = EngineWork(_spec(fn), (run,), {"group": group})
     work = DeviceWork(inner, shown, fn)

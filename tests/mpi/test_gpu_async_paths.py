@@ -286,3 +286,28 @@ def test_async_calls_and_a_blocking_one_run_in_program_order(cp: Any, path: str)
         assert w is None or w.wait()
     np.testing.assert_array_equal(t.get(), x[0])
     assert front.PATHS["broadcast", path] == 4
+
+
+@pytest.mark.parametrize("mode", ["validation", "no-engine"])
+def test_async_calls_run_at_the_call_in_validation_mode_and_without_the_engine(
+    cp: Any, path: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validation mode checks every call at the call; ``MPICOMM_ENGINE=0``: a complete Work on return."""
+    from mpicomm.core import engine_work
+
+    r, n = world()
+    x = inputs(n, K)
+    t = cp.asarray(x[r])
+    if mode == "validation":
+        mpicomm.set_validation(True)
+    else:
+        monkeypatch.setattr(engine_work._Q, "enabled", False)
+    try:
+        work = mpicomm.broadcast(t, src=n - 1, async_op=True)
+        assert work.is_completed()
+        assert work.result()[0] is t
+    finally:
+        mpicomm.set_validation(False)
+    np.testing.assert_array_equal(t.get(), x[n - 1])
+    took = "pipelined" if mode == "validation" else path  # validation mode: never direct
+    assert front.PATHS["broadcast", took] == 1, dict(front.PATHS)
