@@ -101,6 +101,13 @@ PLUGS: tuple[Plug, ...] = (
         "would change the signature of every host call that asks; the mark lives in this one block.",
     ),
     Plug(
+        "mpicomm.gpu.pipeline",
+        "mpicomm.core.chunks.answered",
+        "the same block for an async_op=True call, on mpicomm's communication thread: the pipeline asks "
+        "the question there (in program order) and, hearing `one call`, sends the message whole through "
+        "its buffers with the host call inside the block (issue 41, item 8), for the reason above.",
+    ),
+    Plug(
         "mpicomm.trace.wrap",
         "mpicomm.core.work.Work.wait",
         "only with MPICOMM_TRACE set: the timeline records when a program waits on an async call. A "
