@@ -1,7 +1,8 @@
 """Ranks that differ in ``async_op`` with device arrays past one staging chunk (issues 34 and 35, item 1).
 
-A blocking device call longer than one chunk first asks every rank whether it pipelines
-(``mpicomm.core.chunks.split``); an ``async_op=True`` device call does not pipeline. Each test lets a
+A device call longer than one chunk first asks every rank whether it pipelines
+(``mpicomm.core.chunks.split``), whatever its ``async_op`` (an asynchronous one asks on mpicomm's
+communication thread). Each test lets a
 different set of ranks ask for a Work, with each rank holding its own kind (numpy, torch CPU, cupy,
 strided or not), at one, two and many chunks of ``MPICOMM_STAGING_CHUNK=4K``, on the staged path and
 on the direct path (CUDA-aware MPI assumed: the fake cupy's memory is host memory), and checks every
