@@ -95,6 +95,14 @@ class DeviceWork(Work):
         """The error the job ended with, or None (also None while it runs)."""
         return self._inner.exception()
 
+    def then_on_engine(self, callback: Callable[[Work], None]) -> None:
+        """Run ``callback(self)`` once the job has run: on the engine's thread, or here if it has.
+
+        The torch backend completes its futures this way (:class:`mpicomm.c10d.work.Running`), so a
+        CUDA tensor's asynchronous call is not waited for on the caller's thread.
+        """
+        self._inner.then_on_engine(lambda _inner: callback(self))
+
     def _settle(self) -> None:
         if not self._done:
             self._error = self._inner.exception()

@@ -311,3 +311,17 @@ def test_async_calls_run_at_the_call_in_validation_mode_and_without_the_engine(
     np.testing.assert_array_equal(t.get(), x[n - 1])
     took = "pipelined" if mode == "validation" else path  # validation mode: never direct
     assert front.PATHS["broadcast", took] == 1, dict(front.PATHS)
+
+
+def test_a_callback_on_the_engine_sees_the_results(cp: Any, path: str) -> None:
+    """``then_on_engine`` (the torch backend's futures): called with the Work once the data is in place."""
+    r, n = world()
+    x = inputs(n, K)
+    t = cp.asarray(x[r])
+    seen: list[Any] = []
+    work = mpicomm.broadcast(t, src=n - 1, async_op=True)
+    work.then_on_engine(lambda w: seen.append((w, w.exception(), t.get()[:5].copy())))
+    assert work.wait()
+    assert len(seen) == 1 and seen[0][0] is work and seen[0][1] is None
+    np.testing.assert_array_equal(seen[0][2], x[n - 1, :5])
+    np.testing.assert_array_equal(t.get(), x[n - 1])
