@@ -417,6 +417,32 @@ def _sendrecv(
     check_disjoint(y, x, fn, "recv_tensor", "tensor")
     null = _Const.null = int(_mpi.MPI.PROC_NULL)
     _Const.any_tag = int(_mpi.MPI.ANY_TAG)
+    to, frm, stag, rtag = _sendrecv_peers(g, dst, src, tag, group_dst, group_src, sendtag, recvtag)
+    status = _mpi.MPI.Status()
+    msg, post = recv_message(y, pack=True)
+    g.comm.Sendrecv(message(x, pack=True), to, stag, msg, frm, rtag, status)
+    if post is not None and frm != null:  # from MPI_PROC_NULL nothing came: the temporary is not data
+        post()
+    return -1 if frm == null else g.ranks[status.Get_source()]
+
+
+def _sendrecv_peers(
+    g: ProcessGroup,
+    dst: int | None,
+    src: int | None,
+    tag: int | None,
+    group_dst: int | None,
+    group_src: int | None,
+    sendtag: int | None,
+    recvtag: int | None,
+) -> tuple[int, int, int, int]:
+    """The peers and tags of :func:`sendrecv` as MPI takes them, checked by name.
+
+    ``(dst, src, sendtag, recvtag)``: group ranks or ``MPI_PROC_NULL``, tags or ``MPI_ANY_TAG``. No
+    MPI call once ``MPI_TAG_UB`` is known (the in-MPI lane checks with it too).
+    """
+    fn = "sendrecv"
+    null = int(_mpi.MPI.PROC_NULL)
     to = _neighbour(g, dst, group_dst, fn, "dst", null)
     frm = _neighbour(g, src, group_src, fn, "src", null)
     if tag is not None and (sendtag is not None or recvtag is not None):
@@ -433,12 +459,7 @@ def _sendrecv(
     else:
         stag = 0 if sendtag is None else _tag(g, sendtag, fn, "sendtag")
         rtag = any_tag if recvtag is None or recvtag == any_tag else _tag(g, recvtag, fn, "recvtag")
-    status = _mpi.MPI.Status()
-    msg, post = recv_message(y, pack=True)
-    g.comm.Sendrecv(message(x, pack=True), to, stag, msg, frm, rtag, status)
-    if post is not None and frm != null:  # from MPI_PROC_NULL nothing came: the temporary is not data
-        post()
-    return -1 if frm == null else g.ranks[status.Get_source()]
+    return to, frm, stag, rtag
 
 
 def _neighbour(
