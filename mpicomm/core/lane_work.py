@@ -161,11 +161,11 @@ class LaneWork(Work):
                     "expected its peer to take part (Timed out; it stays posted, so its arrays stay "
                     "in use and a later wait() can still complete it)"
                 )
-            if _T.pending:
+            if _T.pending and _get_ident() != _T.engine:
                 _refuse(self._name())  # a failed engine never enters MPI again: nothing would serve it
                 c.wait(self._slot, min(left, 0.005))  # the thread inside MPI serves it
-            else:
-                with _Ring.lock:  # nothing else inside MPI (nothing can enter it): here, one thread
+            else:  # nothing else inside MPI (nothing can enter it), or the engine's own thread: here
+                with _Ring.lock:
                     c.complete(self._slot, left)
 
     def is_completed(self) -> bool:
@@ -176,8 +176,8 @@ class LaneWork(Work):
         if msg.outcome is None:
             c = lane.started()
             with _Ring.lock:
-                if msg.outcome is None and not _T.pending and _get_ident() != _T.engine:
-                    c.progress()  # nothing inside MPI: test it here
+                if msg.outcome is None and (not _T.pending or _get_ident() == _T.engine):
+                    c.progress()  # nothing else inside MPI (or this is the engine's thread): test it here
                 _collect(c)
             if msg.outcome is None:
                 return False

@@ -233,3 +233,30 @@ def test_nothing_changes_when_nothing_is_queued(world, rng):
     np.testing.assert_array_equal(got, data[prv])
     np.testing.assert_array_equal(ghost[:, 0], data[prv, 0])
     assert lane_work._Ring.held == held
+
+
+@pytest.mark.mpi(min_size=2)
+def test_more_isends_than_the_ring_holds_keep_their_order(world, rng):
+    """70 large isends while a collective is queued: the ring's 64 slots, the rest queued behind it.
+
+    Rank 1 receives the first 64 before it joins the all_reduce (the lane serves them), the other
+    6 after; every message arrives in the order sent, whichever way each went.
+    """
+    _needs_the_lane()
+    _, r, xs, _, _, _ = _setup(world, rng)
+    x = xs[r].copy()
+    values = rng.integers(-999, 999, size=(70, 20_000)).astype(np.float64)  # past the eager limit
+    got = np.zeros_like(values)
+    if r == 0:
+        work = mpicomm.all_reduce(x, async_op=True)
+        sent = [mpicomm.isend(values[k], dst=1, tag=9) for k in range(70)]
+        assert mpicomm.wait_all([work, *sent])
+    elif r == 1:
+        assert mpicomm.wait_all([mpicomm.irecv(got[k], src=0, tag=9) for k in range(64)])
+        mpicomm.all_reduce(x)
+        assert mpicomm.wait_all([mpicomm.irecv(got[k], src=0, tag=9) for k in range(64, 70)])
+        np.testing.assert_array_equal(got, values)
+    else:
+        mpicomm.all_reduce(x)
+    np.testing.assert_array_equal(x, xs.sum(0))
+    assert not lane_work._Ring.held
