@@ -1,14 +1,14 @@
 """Point-to-point calls handed to the in-MPI lane (:mod:`mpicomm.core.lane`), and their Work.
 
-While the engine has calls queued below ``MPI_THREAD_MULTIPLE``, :func:`serve` puts a ``send``,
+While the engine has calls queued below ``MPI_THREAD_MULTIPLE``, ``serve`` puts a ``send``,
 ``recv``, ``isend``, ``irecv`` or ``sendrecv`` (its messages made by
-:mod:`mpicomm.front.lane_message`, no MPI call) in a slot of the lane's ring; the thread inside MPI
+``mpicomm.front.lane_message``, no MPI call) in a slot of the lane's ring; the thread inside MPI
 posts it and tests it. A blocking call waits for its slot here, with the GIL released; ``isend``
-and ``irecv`` return a :class:`LaneWork` at once, complete when the data has moved.
+and ``irecv`` return a ``LaneWork`` at once, complete when the data has moved.
 
 Order: slots are posted in the order they were filled, and the engine posts every filled slot
-(:func:`flush`) before it takes its next call and before its queue count reaches 0, under the
-queue's lock, the same lock :func:`serve` fills a slot under while it sees calls queued. So a slot
+(``flush``) before it takes its next call and before its queue count reaches 0, under the
+queue's lock, the same lock ``serve`` fills a slot under while it sees calls queued. So a slot
 is posted before any later call of the program enters MPI (MPI's non-overtaking order holds), and
 once nothing is queued only slots in flight remain, which the program's own thread may test.
 """
@@ -80,7 +80,7 @@ class _Ring:
 
 
 def serve(fn: str, msg: Message, posts: bool, cond: Any) -> Any:
-    """Hand ``msg`` to the lane; :data:`IDLE` or :data:`FULL` if not taken (the caller runs or queues it).
+    """Hand ``msg`` to the lane; ``IDLE`` or ``FULL`` if not taken (the caller runs or queues it).
 
     ``isend``/``irecv`` (``posts``) get a :class:`LaneWork`; a blocking call its result once done.
 
