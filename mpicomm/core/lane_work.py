@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _mpi
 from ..errors import CommunicationError
 from . import lane, watchdog
 from .engine_work import _refuse
@@ -189,10 +190,7 @@ class LaneWork(Work):
         msg = self._msg
         self._done = True
         if state == lane.FAILED:
-            self._error = CommunicationError(
-                f"{self._name()}: MPI reported error code {error} (posted by the thread inside MPI, "
-                "while mpicomm's communication thread ran a collective)"
-            )
+            self._fail(_mpi.MPI.Exception(error))  # MPI's own text (MPI_Error_string may be called anywhere)
         elif not msg.null_source and 0 <= source < len(msg.ranks):
             self._source = msg.ranks[source]
             if msg.after is not None:

@@ -260,3 +260,56 @@ def test_more_isends_than_the_ring_holds_keep_their_order(world, rng):
         mpicomm.all_reduce(x)
     np.testing.assert_array_equal(x, xs.sum(0))
     assert not lane_work._Ring.held
+
+
+@pytest.mark.mpi(min_size=2)
+def test_any_source_and_group_ranks_through_the_lane(world, rng):
+    """recv from any rank, and a sendrecv ring by group ranks on a group without rank 1 (from 3 ranks)."""
+    _needs_the_lane()
+    w, r, xs, data, _, _ = _setup(world, rng)
+    members = [0, *range(2, w)] if w >= 3 else [0, 1]
+    sub = mpicomm.new_group(members)
+    x = xs[r].copy()
+    got, ring = np.zeros(5), np.zeros(5)
+    m = len(members)
+    k = members.index(r) if r in members else -1
+    ring_args = {"group": sub, "group_dst": (k + 1) % m, "group_src": (k - 1) % m}
+    if r == 0:
+        work = mpicomm.all_reduce(x, async_op=True)
+        came = mpicomm.recv(got)  # from any rank: rank 1 sends it before its all_reduce
+        src = mpicomm.sendrecv(data[r, 2].copy(), ring, **ring_args)
+        work.wait()
+        assert came == 1
+        np.testing.assert_array_equal(got, data[1, 0])
+    else:
+        if r == 1:
+            mpicomm.send(data[1, 0].copy(), dst=0)
+        src = mpicomm.sendrecv(data[r, 2].copy(), ring, **ring_args) if k >= 0 else -1
+        mpicomm.all_reduce(x)
+    if k >= 0:
+        sender = members[(k - 1) % m]  # the world rank of group rank k - 1
+        assert src == sender
+        np.testing.assert_array_equal(ring, data[sender, 2])
+    np.testing.assert_array_equal(x, xs.sum(0))
+    mpicomm.destroy_process_group(sub)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_an_mpi_error_in_the_lane_fails_the_work(world, rng):
+    """A message longer than the irecv's buffer: its Work raises MPI's error, named; the rank goes on."""
+    _needs_the_lane()
+    _, r, xs, data, _, _ = _setup(world, rng)
+    x = xs[r].copy()
+    short = np.zeros(3)
+    if r == 0:
+        work = mpicomm.all_reduce(x, async_op=True)
+        rq = mpicomm.irecv(short, src=1, tag=6)
+        with pytest.raises(mpicomm.CommunicationError, match="irecv: MPI reported an error"):
+            rq.wait()
+        assert isinstance(rq.exception(), mpicomm.CommunicationError)
+        work.wait()
+    else:
+        if r == 1:
+            mpicomm.send(data[1, 0].copy(), dst=0, tag=6)  # 5 elements
+        mpicomm.all_reduce(x)
+    np.testing.assert_array_equal(x, xs.sum(0))
