@@ -13,7 +13,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from .. import _mpi
-from ..core import cmpi, engine, fast, validation
+from ..core import cmpi, engine, fast, lane, validation
 from ..core.arrays import Array
 from ..core.buffers import _DATATYPES, check_array, check_disjoint, check_output, message, recv_message
 from ..core.fast import TAG_UB_MIN
@@ -58,9 +58,14 @@ def _tag(g: ProcessGroup, tag: object, fn: str, arg: str = "tag") -> int:
 
 
 def _tag_upper_bound(g: ProcessGroup) -> int:
-    """The largest tag this MPI allows (``MPI_TAG_UB``, at least 32767), read once."""
+    """The largest tag this MPI allows (``MPI_TAG_UB``, at least 32767), read once.
+
+    The in-MPI lane reads it as it starts (:mod:`mpicomm.core.lane`): then no MPI call here, which
+    a call the lane serves may not make while the engine's thread is inside MPI.
+    """
     if _TagBound.value is None:
-        _TagBound.value = int(g.comm.Get_attr(_mpi.MPI.TAG_UB))
+        known = lane.tag_upper_bound()
+        _TagBound.value = known if known is not None else int(g.comm.Get_attr(_mpi.MPI.TAG_UB))
     return _TagBound.value
 
 

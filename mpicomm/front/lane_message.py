@@ -93,10 +93,8 @@ def _sendrecv(g: Any, a: dict[str, Any]) -> Message | None:
 
 
 def _tag_bound_known() -> bool:
-    """Whether ``MPI_TAG_UB`` is known to the tag checks (reading it is an MPI call): from the lane."""
-    if p2p._TagBound.value is None:
-        p2p._TagBound.value = lane.tag_upper_bound()
-    return p2p._TagBound.value is not None
+    """Whether the tag checks know ``MPI_TAG_UB`` without an MPI call (the lane read it as it started)."""
+    return p2p._TagBound.value is not None or lane.tag_upper_bound() is not None
 
 
 def _packed(x: Any, output: bool) -> tuple[np.ndarray, int, Any] | None:
