@@ -3,8 +3,10 @@
 Rank 0 posts an ``all_reduce`` with ``async_op=True``, then makes a point-to-point call that its
 peer needs before it joins that all_reduce (gloo's idiom). At the serialized thread level the call
 is served by MPICH's in-MPI lane (``sendrecv``, ``isend``/``irecv``, strided buffers packed); at
-multiple it runs on the caller's thread beside the queue. Every test runs at any world size (1, 2,
-3, 4, 8): a ring, every rank's data built from a shared seed and checked against numpy.
+multiple it runs on the caller's thread beside the queue. ``python -m mpi4py`` starts MPI at
+multiple: tests/unit/test_lane_jobs.py runs this file at serialized (2 and 3 ranks), as does
+``MPI4PY_RC_THREAD_LEVEL=serialized``. Every test runs at any world size (1, 2, 3, 4, 8): every
+rank's data built from a shared seed and checked against numpy.
 """
 
 from __future__ import annotations
