@@ -19,8 +19,9 @@ At ``MPI_THREAD_MULTIPLE`` point-to-point calls take their own lane: they run on
 thread beside a queued collective (MPI matches them apart from collectives), unless an earlier
 point-to-point call is still queued (MPI's non-overtaking order). So a rank may post an
 asynchronous collective and then send what its peer needs before that collective, as on gloo.
-Below it, a blocking ``send``/``recv`` is run by the thread inside MPI, from inside the collective
-(MPICH's ``MPIX_Async_start``, :mod:`mpicomm.core.lane`).
+Below it, ``send``, ``recv``, ``isend``, ``irecv`` and ``sendrecv`` of host arrays are run by the
+thread inside MPI, from inside the collective (MPICH's ``MPIX_Async_start``, :mod:`mpicomm.core.lane`,
+:mod:`mpicomm.core.lane_work`).
 
 A queued call's arguments are checked on the caller's thread before it is queued (:func:`precheck`);
 a call that fails on the engine fails its Work and every later call of the rank
@@ -42,7 +43,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import ArgumentTypeError, CommunicationError
-from . import calls, chunks, lane, validation, watchdog
+from . import calls, chunks, lane, lane_work, validation, watchdog
 from .engine_work import _Q, EngineWork, _broken, _refuse, drain
 from .groups import _State, resolve
 from .work import Work
@@ -63,7 +64,7 @@ class _Checks:
     """
 
     check: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], None] | None = None
-    #: A blocking send/recv as the in-MPI lane takes it (:mod:`mpicomm.core.lane`), or None.
+    #: A point-to-point call as the in-MPI lane takes it (:mod:`mpicomm.core.lane`), or None.
     message: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], Any] | None = None
 
 
@@ -72,7 +73,7 @@ def precheck(check: Callable[..., None], message: Callable[..., Any] | None = No
 
     It raises the call's argument error on the caller's thread (before any MPI call), so a mistake
     in an ``async_op=True`` call raises at the call, not at ``wait()``. It must not call MPI.
-    ``message(fn, signature, args, kwargs)``, if given, makes a blocking ``send``/``recv`` what the
+    ``message(fn, signature, args, kwargs)``, if given, makes a point-to-point call what the
     in-MPI lane takes (:mod:`mpicomm.core.lane`), or None for one it does not serve.
 
     Example:
@@ -186,6 +187,7 @@ def _done(work: EngineWork) -> None:
         with contextlib.suppress(Exception):  # a callback's failure is its future's: never the engine's
             callback(work)
     with _Q.cond:
+        lane_work.flush()  # what the program handed the lane is posted before anything after it
         _T.pending -= 1
         if work._spec.p2p:
             _Q.p2p -= 1
@@ -306,53 +308,23 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
         check(spec.fn, spec.signature, args, kw)
     if (
         spec.p2p
-        and not async_op
+        and (spec.posts or not async_op)
         and not _Q.p2p
         and lane.started() is not None
         and _Checks.message is not None
     ):
         msg = _Checks.message(spec.fn, spec.signature, args, kw)
         if msg is not None:  # below multiple: run inside the engine's collective (a peer may need it)
-            return _in_lane(spec, args, kw, msg)
+            out = lane_work.serve(spec.fn, msg, spec.posts, _Q.cond)
+            if out is lane_work.IDLE:  # the queue emptied meanwhile: nothing else is inside MPI
+                return spec.host(*args, **kw)
+            if out is not lane_work.FULL:
+                return out
     if not async_op:  # the front door's token times the caller's wait; the engine's, the call
         return _queued(spec, args, kw)  # its error raised here: the front door makes it the call's
     work = EngineWork(spec, args, kw)
     submit(work)
     return work
-
-
-def _in_lane(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], msg: Any) -> Any:
-    """A blocking send/recv handed to the thread inside MPI (:mod:`mpicomm.core.lane`), waited for here.
-
-    Taken back and run here if the engine leaves MPI before it posted the message (nothing is inside
-    MPI then, and nothing can enter it: only this thread queues calls below multiple); completed
-    here if the engine left MPI with the message in flight.
-    """
-    slot = lane.started()
-    send, x, count, datatype, peer, tag, comm, ranks = msg
-    if not slot.post(send, x.ctypes.data, count, datatype, peer, tag, comm):
-        return _queued(spec, args, kw)
-    lane.hold(x)  # kept until the slot is empty again, even if this wait is interrupted
-    while True:
-        state = slot.wait(0.05)
-        if state not in (lane.DONE, lane.FAILED) and _T.pending:
-            continue  # the engine is inside MPI (or about to be): its poll function serves the slot
-        out = slot.take()  # done, failed, or still posted (taken back); None while in flight
-        if out is not None:
-            break
-        slot.finish()  # in flight, and the engine is out of MPI: complete it on this thread
-    lane.hold(None)
-    state, error, source, _ = out
-    if state == lane.POSTED:  # taken back before the engine posted it: nothing moved, run it here
-        return spec.host(*args, **kw)
-    if state == lane.FAILED:
-        raise CommunicationError(
-            f"{spec.fn}: MPI reported error code {error} (posted on mpicomm's communication thread, "
-            "inside its collective)"
-        )
-    if send:
-        return None
-    return ranks[source] if 0 <= source < len(ranks) else -1
 
 
 def _queued(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:

@@ -1,4 +1,4 @@
-"""A blocking ``send``/``recv`` run inside the engine's collective, below ``MPI_THREAD_MULTIPLE`` (MPICH).
+"""Point-to-point calls run inside the engine's collective, below ``MPI_THREAD_MULTIPLE`` (MPICH).
 
 At ``MPI_THREAD_SERIALIZED`` only one thread may be inside MPI. A program that posts an
 asynchronous collective and then sends what its peer needs before that collective (gloo's idiom)
@@ -9,11 +9,12 @@ costs 2-3x an 8-byte ``MPI_Allreduce``, measured, where the blocking fast path h
 
 MPICH 4.2 and later let a program register a poll function that MPI's progress engine calls from
 inside any MPI call (``MPIX_Async_start``). The engine registers one (``mpicomm/core/_lane.c``)
-on its own thread as it starts; the program's blocking ``send`` or ``recv`` of a contiguous numpy
-array then fills its slot, and the thread inside MPI posts it (``MPI_Isend``/``MPI_Irecv``) and
-tests it there until it completes: still one thread inside MPI at a time. Elsewhere (Open MPI, an
-older MPICH, a strided or device buffer, ``MPICOMM_C=0``) the call waits behind the queue, and
-warns after ``mpicomm.core.engine.STALL`` seconds (docs/sharp-bits.rst).
+on its own thread as it starts; the program's ``send``, ``recv``, ``isend``, ``irecv`` or
+``sendrecv`` of numpy arrays (strided ones packed) then fills a slot of its ring, and the thread
+inside MPI posts it (``MPI_Isend``/``MPI_Irecv``) and tests it there until it completes: still one
+thread inside MPI at a time (:mod:`mpicomm.core.lane_work` hands the calls over and waits).
+Elsewhere (Open MPI, an older MPICH, a device buffer, ``MPICOMM_C=0``) the call waits behind the
+queue, and a blocking one warns after ``mpicomm.core.engine.STALL`` seconds (docs/sharp-bits.rst).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from typing import Any
 
 from .. import _mpi
 
-__all__ = ["DONE", "FAILED", "POSTED", "hold", "start", "started"]
+__all__ = ["DONE", "FAILED", "POSTED", "start", "started", "tag_upper_bound"]
 
-#: The slot's states (mpicomm/core/_lane.c).
+#: A slot's states (mpicomm/core/_lane.c).
 IDLE, POSTED, FLIGHT, DONE, FAILED = range(5)
 #: MPIX_STREAM_NULL in MPICH's ABI (its mpi.h), the stream a poll function registered without one uses.
 _STREAM_NULL = 0x3C000000
@@ -36,12 +37,12 @@ _STREAM_NULL = 0x3C000000
 class _Lane:
     module: Any = None
     why = "not started (the engine starts it below MPI_THREAD_MULTIPLE)"
-    held: Any = None  # the array of the message in the slot: MPI reads or writes it until it is empty
+    tag_ub: int | None = None  # MPI_TAG_UB, read as the lane starts (the program's thread may not then)
 
 
-def hold(array: Any) -> None:
-    """Keep ``array`` alive while its message is in the slot (None: the slot is empty again)."""
-    _Lane.held = array
+def tag_upper_bound() -> int | None:
+    """``MPI_TAG_UB``, read on the engine's thread as the lane started (None before, or without it)."""
+    return _Lane.tag_ub
 
 
 def started() -> Any:
@@ -78,6 +79,7 @@ def start() -> None:
     except AttributeError as exc:
         _Lane.why = f"this MPICH has no MPIX_Async_start ({exc})"
         return
+    _Lane.tag_ub = int(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767)  # the same on every communicator
     _lane.bind(*addresses, _STREAM_NULL)
     if _lane.start() != 0:
         _Lane.why = "MPIX_Async_start failed"

@@ -13,7 +13,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from .. import _mpi
-from ..core import cmpi, engine, fast, validation
+from ..core import cmpi, engine, fast, lane, validation
 from ..core.arrays import Array
 from ..core.buffers import _DATATYPES, check_array, check_disjoint, check_output, message, recv_message
 from ..core.fast import TAG_UB_MIN
@@ -58,9 +58,14 @@ def _tag(g: ProcessGroup, tag: object, fn: str, arg: str = "tag") -> int:
 
 
 def _tag_upper_bound(g: ProcessGroup) -> int:
-    """The largest tag this MPI allows (``MPI_TAG_UB``, at least 32767), read once."""
+    """The largest tag this MPI allows (``MPI_TAG_UB``, at least 32767), read once.
+
+    The in-MPI lane reads it as it starts (:mod:`mpicomm.core.lane`): then no MPI call here, which
+    a call the lane serves may not make while the engine's thread is inside MPI.
+    """
     if _TagBound.value is None:
-        _TagBound.value = int(g.comm.Get_attr(_mpi.MPI.TAG_UB))
+        known = lane.tag_upper_bound()
+        _TagBound.value = known if known is not None else int(g.comm.Get_attr(_mpi.MPI.TAG_UB))
     return _TagBound.value
 
 
@@ -417,6 +422,32 @@ def _sendrecv(
     check_disjoint(y, x, fn, "recv_tensor", "tensor")
     null = _Const.null = int(_mpi.MPI.PROC_NULL)
     _Const.any_tag = int(_mpi.MPI.ANY_TAG)
+    to, frm, stag, rtag = _sendrecv_peers(g, dst, src, tag, group_dst, group_src, sendtag, recvtag)
+    status = _mpi.MPI.Status()
+    msg, post = recv_message(y, pack=True)
+    g.comm.Sendrecv(message(x, pack=True), to, stag, msg, frm, rtag, status)
+    if post is not None and frm != null:  # from MPI_PROC_NULL nothing came: the temporary is not data
+        post()
+    return -1 if frm == null else g.ranks[status.Get_source()]
+
+
+def _sendrecv_peers(
+    g: ProcessGroup,
+    dst: int | None,
+    src: int | None,
+    tag: int | None,
+    group_dst: int | None,
+    group_src: int | None,
+    sendtag: int | None,
+    recvtag: int | None,
+) -> tuple[int, int, int, int]:
+    """The peers and tags of :func:`sendrecv` as MPI takes them, checked by name.
+
+    ``(dst, src, sendtag, recvtag)``: group ranks or ``MPI_PROC_NULL``, tags or ``MPI_ANY_TAG``. No
+    MPI call once ``MPI_TAG_UB`` is known (the in-MPI lane checks with it too).
+    """
+    fn = "sendrecv"
+    null = int(_mpi.MPI.PROC_NULL)
     to = _neighbour(g, dst, group_dst, fn, "dst", null)
     frm = _neighbour(g, src, group_src, fn, "src", null)
     if tag is not None and (sendtag is not None or recvtag is not None):
@@ -433,12 +464,7 @@ def _sendrecv(
     else:
         stag = 0 if sendtag is None else _tag(g, sendtag, fn, "sendtag")
         rtag = any_tag if recvtag is None or recvtag == any_tag else _tag(g, recvtag, fn, "recvtag")
-    status = _mpi.MPI.Status()
-    msg, post = recv_message(y, pack=True)
-    g.comm.Sendrecv(message(x, pack=True), to, stag, msg, frm, rtag, status)
-    if post is not None and frm != null:  # from MPI_PROC_NULL nothing came: the temporary is not data
-        post()
-    return -1 if frm == null else g.ranks[status.Get_source()]
+    return to, frm, stag, rtag
 
 
 def _neighbour(

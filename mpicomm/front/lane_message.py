@@ -1,7 +1,9 @@
-"""A blocking ``send``/``recv`` as the engine's in-MPI lane takes it (:mod:`mpicomm.core.lane`).
+"""A point-to-point call as the engine's in-MPI lane takes it (:mod:`mpicomm.core.lane`).
 
-Called on the program's thread after the call's arguments are checked (:mod:`mpicomm.front.prechecks`),
-while the communication thread is inside a collective: no MPI call here.
+Called on the program's thread after the call's arguments are checked (:mod:`mpicomm.front.prechecks`;
+``sendrecv``'s here, as its host checks them), while the communication thread is inside a
+collective: no MPI call here. A strided buffer travels packed: a contiguous copy is sent, or
+received into and copied back into the caller's view once the message has come.
 """
 
 from __future__ import annotations
@@ -12,21 +14,26 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..core.buffers import _DATATYPES
+from ..core import lane
+from ..core.buffers import _DATATYPES, check_array, check_disjoint, check_output
 from ..core.groups import resolve
+from ..core.lane_work import Message
 from ..dense import p2p
 
 __all__ = ["message"]
 
 _INT_MAX = 2**31 - 1
+_SERVED = frozenset(("send", "recv", "isend", "irecv", "sendrecv"))
 
 
-def message(fn: str, signature: inspect.Signature, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-    """``(send, array, count, datatype handle, peer, tag, comm handle, world ranks)``, or None.
+def message(
+    fn: str, signature: inspect.Signature, args: tuple[Any, ...], kw: dict[str, Any]
+) -> Message | None:
+    """The call's messages for the lane (:class:`~mpicomm.core.lane_work.Message`), or None.
 
-    None for any call the lane does not serve (not ``send``/``recv``, a buffer that is not a
-    contiguous numpy array of an MPI datatype, a rank outside the group): it then waits behind the
-    queue as before.
+    None for any call the lane does not serve (not a point-to-point call, a buffer that is not a
+    numpy array of an MPI datatype, a rank outside the group, ``MPI_TAG_UB`` not yet known): it
+    then waits behind the queue as before.
 
     Example:
         >>> import inspect, numpy as np
@@ -34,23 +41,77 @@ def message(fn: str, signature: inspect.Signature, args: tuple[Any, ...], kw: di
         >>> message("all_reduce", inspect.signature(send), (np.ones(1),), {}) is None
         True
     """
-    if fn not in ("send", "recv"):
+    if fn not in _SERVED:
         return None
     given = signature.bind(*args, **kw)
     given.apply_defaults()
     a = given.arguments
-    x = a["tensor"]
-    if type(x) is not np.ndarray or not x.flags.c_contiguous or x.size > _INT_MAX:
+    g = resolve(a["group"], fn)
+    if g.comm is None or not _tag_bound_known():
         return None
-    if fn == "recv" and not x.flags.writeable:
+    if fn == "sendrecv":
+        return _sendrecv(g, a)
+    sending = fn in ("send", "isend")
+    name = "dst" if sending else "src"
+    tag = int(a["tag"])
+    packed = _packed(a["tensor"], not sending)
+    if packed is None:
+        return None
+    peer = p2p._peer(g, a[name], a[f"group_{name}"], fn, name, any_ok=not sending)
+    p2p._tag(g, tag, fn)
+    array, dt, after = packed
+    return Message(
+        ((sending, array, dt, peer, tag),),
+        g.comm.handle,
+        g.ranks,
+        after=after,
+        result=[a["tensor"]] if fn == "irecv" else None,
+        null_source=peer == _mpi.MPI.PROC_NULL,
+    )
+
+
+def _sendrecv(g: Any, a: dict[str, Any]) -> Message | None:
+    """The two messages of ``sendrecv``, its arguments checked as its host checks them (no MPI call)."""
+    fn = "sendrecv"
+    x = check_array(a["tensor"], fn, "tensor")
+    y = check_output(a["recv_tensor"], fn, "recv_tensor")
+    check_disjoint(y, x, fn, "recv_tensor", "tensor")
+    to, frm, stag, rtag = p2p._sendrecv_peers(
+        g, a["dst"], a["src"], a["tag"], a["group_dst"], a["group_src"], a["sendtag"], a["recvtag"]
+    )
+    out, inp = _packed(y, True), _packed(x, False)
+    if out is None or inp is None:
+        return None
+    null = to == _mpi.MPI.PROC_NULL, frm == _mpi.MPI.PROC_NULL
+    return Message(
+        ((True, inp[0], inp[1], to, stag), (False, out[0], out[1], frm, rtag)),
+        g.comm.handle,
+        g.ranks,
+        after=out[2],
+        null_source=null[1],
+    )
+
+
+def _tag_bound_known() -> bool:
+    """Whether the tag checks know ``MPI_TAG_UB`` without an MPI call (the lane read it as it started)."""
+    return p2p._TagBound.value is not None or lane.tag_upper_bound() is not None
+
+
+def _packed(x: Any, output: bool) -> tuple[np.ndarray, int, Any] | None:
+    """``(contiguous array, datatype handle, copy back or None)`` for MPI; None if the lane cannot take ``x``.
+
+    A strided view is copied: the copy is sent, or received into (holding the view's values, so
+    that a shorter message leaves the rest as it was) and copied back once the message has come.
+    """
+    if type(x) is not np.ndarray or x.size > _INT_MAX or (output and not x.flags.writeable):
         return None
     dt = _DATATYPES.get(x.dtype) or _predefined(x.dtype)
-    g = resolve(a["group"], fn)
-    if dt is None or g.comm is None:
+    if dt is None:
         return None
-    name = "dst" if fn == "send" else "src"
-    peer = p2p._peer(g, a[name], a[f"group_{name}"], fn, name, any_ok=fn == "recv")
-    return (fn == "send", x, x.size, dt.handle, peer, int(a["tag"]), g.comm.handle, g.ranks)
+    if x.flags.c_contiguous:
+        return x, int(dt.handle), None
+    copy = np.ascontiguousarray(x)
+    return copy, int(dt.handle), (lambda: np.copyto(x, copy)) if output else None
 
 
 def _predefined(dtype: np.dtype[Any]) -> Any:

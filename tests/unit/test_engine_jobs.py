@@ -201,7 +201,7 @@ def test_a_send_the_peer_needs_first_after_an_async_collective(
     """gloo's idiom at both levels: at serialized the send runs inside the engine's collective (MPICH)."""
     if level == "serialized" and importlib.util.find_spec("mpicomm.core._lane") is None:
         pytest.skip("the lane's C module (mpicomm.core._lane) is not built")
-    body = SERIALIZED_P2P.replace("STRIDED", "0")
+    body = SERIALIZED_P2P.replace("STRIDED", str(ranks - 2))  # at 3 ranks rank 0 sends a strided view
     status, out, _ = run_job(tmp_path, body, ranks, {"MPICOMM_THREAD_LEVEL": level, "MPICOMM_C": "1"})
     assert status == 0, out
     total = float(sum(range(ranks)))
@@ -213,9 +213,10 @@ def test_a_send_the_peer_needs_first_after_an_async_collective(
 
 
 def test_a_send_the_lane_does_not_serve_waits_says_so_and_ends(tmp_path: Path) -> None:
-    """A strided send at serialized waits behind the collective: a warning says why; the watchdog ends it."""
+    """With no lane (MPICOMM_C=0) a send at serialized waits behind the collective: a warning says why."""
     body = SERIALIZED_P2P.replace("STRIDED", "1")
-    status, out, seconds = run_job(tmp_path, body, 2, {"MPICOMM_THREAD_LEVEL": "serialized"})
+    env = {"MPICOMM_THREAD_LEVEL": "serialized", "MPICOMM_C": "0"}
+    status, out, seconds = run_job(tmp_path, body, 2, env)
     assert status != 0, out
     assert "send: waited 0.5 s behind 1 call(s) posted before it with async_op=True" in out, out
     assert "MPICOMM_THREAD_LEVEL=multiple" in out, out
