@@ -232,9 +232,10 @@ def spoiled(token: tuple[Any, ...], k: Any) -> NoReturn:
         "raises it on every rank of the group"
     )
     raise DistError(
-        f"{token[1].name}: two threads called on group {_name(k)} at once {where}. MPI matches the calls of one group by their order on each rank, and "
-        "threads enter in orders that differ between ranks, so calls pair up wrongly (wrong data): this "
-        "call took part, so that no rank waits for it, but its result is not to be trusted, nor that "
-        "of any later call on this group. Expected one call at a time on each group: give "
-        "each thread its own group (new_group), or order the threads' calls alike on every rank"
+        f"{token[1].name}: two threads called on group {_name(k)} at once {where}. MPI matches the "
+        "calls of one group by their order on each rank, and threads enter in orders that differ "
+        "between ranks, so calls pair up wrongly (wrong data): this call took part, so that no rank "
+        "waits for it, but its result is not to be trusted, nor that of any later call on this group. "
+        "Expected one call at a time on each group: give each thread its own group (new_group), or "
+        "order the threads' calls alike on every rank"
     )
