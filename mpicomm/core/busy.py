@@ -28,12 +28,12 @@ before it lets go of its group, with one ``MPI_Allreduce`` of one int over the g
 communicator (``ProcessGroup.internal``, so that the data communicator's count of calls is the
 program's own): the lowest rank on which the group is raced (:func:`settle`). Where there is one,
 every rank raises the same error for that call and every later one on the group (``_AGREED``): no
-rank returns data of a wrongly paired call unreported. Why it holds: each rank makes its held calls
-on a group one at a time, the agreement inside the hold, so the i-th agreement of every rank follows
-the i-th data call of every rank and they pair up whatever the threads do (no hang); a thread that
-comes while another's call is inside marks the group before it waits (in the C door in the same
-step that finds the call inside), so the call inside reports the race at its own agreement, the
-first call that can have been paired wrongly on any rank.
+rank returns unreported the data of a call that an overlap can have paired wrongly. Why it holds:
+each rank makes its held calls on a group one at a time, the agreement inside the hold, so the i-th
+agreement of every rank follows the i-th data call of every rank and they pair up whatever the
+threads do (no hang); a thread that comes while another's call is inside marks the group before it
+waits (in the C door in the same step that finds the call inside), so the call inside reports the
+race at its own agreement: the first call that the overlap can have paired wrongly, on any rank.
 
 Mpicomm cannot see two threads that call on one group one after the other in different orders on
 different ranks (nothing overlaps on any rank): ordering those is the program's part, as MPI says.
