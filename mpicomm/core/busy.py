@@ -121,12 +121,23 @@ def let_go(k: Any, token: tuple[Any, ...]) -> None:
     """
     if _RACED:  # a raced group on this rank, or validation mode: settled while still held
         try:
-            settle(token, k, sys.exc_info()[0])
+            settle(token, k, _raised(sys._getframe(1)))
         finally:
             if _BUSY.get(k) is token:
                 del _BUSY[k]
     elif _BUSY.get(k) is token:
         del _BUSY[k]
+
+
+def _raised(caller: Any) -> type[BaseException] | None:
+    """The class of the error ``caller`` (the call's wrapper, in its ``finally``) ends with, or None.
+
+    ``sys.exc_info()`` there is also an error that a caller of the wrapper is handling (a call made
+    in an ``except`` block): only one whose traceback starts in the wrapper's frame is the call's.
+    """
+    exc = sys.exc_info()[1]
+    tb = None if exc is None else exc.__traceback__
+    return type(exc) if exc is not None and tb is not None and tb.tb_frame is caller else None
 
 
 def settle(token: tuple[Any, ...], k: Any, raised: type[BaseException] | None = None) -> None:

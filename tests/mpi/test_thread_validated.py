@@ -25,7 +25,7 @@ from ranks import in_threads
 
 import mpicomm
 from mpicomm.core import busy
-from mpicomm.errors import CrossRankMismatchError, DistError
+from mpicomm.errors import CommunicationError, CrossRankMismatchError, DistError
 
 pytestmark = pytest.mark.skipif(
     MPI.Query_thread() < MPI.THREAD_MULTIPLE,
@@ -230,3 +230,43 @@ def test_validation_without_threads_is_unchanged(world: mpicomm.ProcessGroup) ->
         assert busy._VALIDATING not in busy._RACED
     finally:
         mpicomm.set_validation(saved)
+
+
+@pytest.mark.usefixtures("validated")
+def test_every_rank_agrees_once_per_call_even_inside_an_except_block(
+    world: mpicomm.ProcessGroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0 calls while handling a CommunicationError of its own: its calls still agree with the others'.
+
+    A call that itself ends in a CommunicationError skips the agreement (on every rank alike, or the
+    group is broken anyway); an error the program is handling around the call is not the call's.
+    """
+    n, r = world.size(), world.rank()
+    group = mpicomm.new_group(list(range(n)), timeout=30)  # a lost agreement ends the job
+    agreed: list[bool] = []
+    real = busy._agree
+
+    def counted(token: tuple[Any, ...], k: Any) -> bool:
+        agreed.append(real(token, k))
+        return agreed[-1]
+
+    monkeypatch.setattr(busy, "_agree", counted)
+
+    def calls() -> None:
+        for i in range(5):
+            x = np.full(2, float(i + r))
+            mpicomm.all_reduce(x, group=group)
+            assert np.all(x == n * i + sum(range(n)))
+            out: list[Any] = [None] * n
+            mpicomm.all_gather_object(out, (i, r), group=group)
+            assert out == [(i, s) for s in range(n)]
+
+    if r == 0:
+        try:
+            raise CommunicationError("the program's own, handled around the calls")
+        except CommunicationError:
+            calls()
+    else:
+        calls()
+    assert agreed == [False] * 10
+    mpicomm.destroy_process_group(group)
