@@ -52,7 +52,7 @@ import numpy as np
 
 from .. import _mpi
 from ..errors import CommunicationError, DistError
-from . import groups, watchdog
+from . import groups, validation, watchdog
 from .control import bcast_text, decode
 
 __all__ = ["FREE", "POLL", "hold", "key", "let_go", "race", "settle", "spoiled", "validating"]
@@ -250,3 +250,7 @@ def spoiled(token: tuple[Any, ...], k: Any) -> NoReturn:
         "Expected one call at a time on each group: give each thread its own group (new_group), or "
         "order the threads' calls alike on every rank"
     )
+
+
+validation.WATCHERS.append(validating)
+validating(validation._Flag.on)

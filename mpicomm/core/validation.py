@@ -60,6 +60,12 @@ class _FlagState:
 
 _Flag = _FlagState()
 
+#: Called with the new setting when validation mode is turned on or off: at
+#: ``MPI_THREAD_MULTIPLE``, :mod:`mpicomm.core.busy` makes each call that holds its group agree
+#: across the ranks whether two threads raced the group on any rank (it registers itself here,
+#: since it imports this module's importers).
+WATCHERS: list[Callable[[bool], None]] = []
+
 
 class exact_dtype:  # noqa: N801 - a context manager used like a function
     """Within it, validation records name ``dtype`` instead of the dtype of the (widened) arrays."""
@@ -107,7 +113,7 @@ def set_validation(enabled: bool = True) -> None:
     if not isinstance(enabled, bool):
         raise ArgumentTypeError(f"set_validation: enabled is {enabled!r}; expected True or False")
     _Flag.on = enabled
-    _threads(enabled)
+    _tell(enabled)
 
 
 def is_validation_enabled() -> bool:
@@ -125,18 +131,13 @@ def read_environment() -> None:
     """Turn validation on when ``MPICOMM_VALIDATE`` is set to something other than ``0`` or empty."""
     if os.environ.get("MPICOMM_VALIDATE", "0") not in ("", "0"):
         _Flag.on = True
-        _threads(True)
+        _tell(True)
 
 
-def _threads(on: bool) -> None:
-    """At ``MPI_THREAD_MULTIPLE``, held calls agree across ranks whether two threads raced their group.
-
-    See :mod:`mpicomm.core.busy`: a call that two threads overlapped on one rank can return wrongly
-    paired data on a rank whose threads took turns; in validation mode every rank raises instead.
-    """
-    from . import busy  # imported here: busy imports groups, which imports this module
-
-    busy.validating(on)
+def _tell(on: bool) -> None:
+    """Tell the modules that follow the setting (:data:`WATCHERS`) that validation mode is ``on`` or off."""
+    for watcher in WATCHERS:
+        watcher(on)
 
 
 def check(

@@ -242,19 +242,16 @@ static int hold(Door *d, PyObject *group, PyObject *token, unsigned long me, PyO
     return 0;
 }
 
-/* End the hold of `token` on `held` (steals it) as busy.let_go does. Where busy's raced table is
- * not empty (a raced group, or validation mode), busy.settle(token, group, the error's class or
- * None) runs first, while the group is still held: it may agree across the ranks (validation mode)
- * and raises on a raced group; then the result `r` is dropped and its error raised (the host's
- * error, if any, is its context). */
-static PyObject *let_go(Door *d, PyObject *held, PyObject *token, PyObject *r) {
-    PyObject *type, *value, *tb, *st = NULL, *sv = NULL, *stb = NULL;
-    PyErr_Fetch(&type, &value, &tb);
-    if (PyDict_GET_SIZE(d->raced) > 0) {
-        PyObject *got = PyObject_CallFunctionObjArgs(d->spoil, token, held, type ? type : Py_None, NULL);
-        if (got == NULL) PyErr_Fetch(&st, &sv, &stb);
-        Py_XDECREF(got);
-    }
+/* let_go where busy's raced table is not empty (a raced group, or validation mode): busy.settle(token,
+ * group, the error's class or None) runs first, while the group is still held: it may agree across
+ * the ranks (validation mode) and raises on a raced group; then the hold ends, and where settle
+ * raised, the result `r` is dropped and its error raised (the host's error, if any, is its context). */
+static PyObject *settle(Door *d, PyObject *held, PyObject *token, PyObject *r, PyObject *type, PyObject *value,
+                        PyObject *tb) {
+    PyObject *st = NULL, *sv = NULL, *stb = NULL;
+    PyObject *got = PyObject_CallFunctionObjArgs(d->spoil, token, held, type ? type : Py_None, NULL);
+    if (got == NULL) PyErr_Fetch(&st, &sv, &stb);
+    Py_XDECREF(got);
     PyObject *cur = PyDict_GetItemWithError(d->busy, held);
     if (cur == token && PyDict_DelItem(d->busy, held) < 0) PyErr_Clear();
     if (cur == NULL) PyErr_Clear();
@@ -273,14 +270,25 @@ static PyObject *let_go(Door *d, PyObject *held, PyObject *token, PyObject *r) {
         if (tb != NULL) PyException_SetTraceback(value, tb);
         if (v2 != NULL) PyException_SetContext(v2, value); /* steals value */
         else Py_DECREF(value);
-        Py_XDECREF(type);
-        Py_XDECREF(tb);
         PyErr_Restore(t2, v2, tb2);
-    } else {
-        Py_XDECREF(type);
-        Py_XDECREF(tb);
     }
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
     return NULL;
+}
+
+/* End the hold of `token` on `held` (steals it) as busy.let_go does; returns `r` with the host's
+ * error, if any, as it was, unless busy's raced table is not empty (settle above). */
+static PyObject *let_go(Door *d, PyObject *held, PyObject *token, PyObject *r) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyDict_GET_SIZE(d->raced) > 0) return settle(d, held, token, r, type, value, tb);
+    PyObject *cur = PyDict_GetItemWithError(d->busy, held);
+    if (cur == token && PyDict_DelItem(d->busy, held) < 0) PyErr_Clear();
+    if (cur == NULL) PyErr_Clear();
+    Py_DECREF(held);
+    PyErr_Restore(type, value, tb);
+    return r;
 }
 
 static PyObject *door_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
