@@ -23,10 +23,10 @@ calls that take a ``tag``: MPI matches them by tag, and threads that share a gro
 own (a receiving and a sending thread).
 
 A rank whose threads took turns sees no race, yet can get the data its peers' overlapping threads
-paired wrongly. In validation mode (:mod:`mpicomm.core.validation`) every held call therefore ends,
+paired wrongly. In validation mode (``mpicomm.core.validation``) every held call therefore ends,
 before it lets go of its group, with one ``MPI_Allreduce`` of one int over the group's private
 communicator (``ProcessGroup.internal``, so that the data communicator's count of calls is the
-program's own): the lowest rank on which the group is raced (:func:`settle`). Where there is one,
+program's own): the lowest rank on which the group is raced (``settle``). Where there is one,
 every rank raises the same error for that call and every later one on the group (``_AGREED``): no
 rank returns unreported the data of a call that an overlap can have paired wrongly. Why it holds:
 each rank makes its held calls on a group one at a time, the agreement inside the hold, so the i-th
