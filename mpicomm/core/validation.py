@@ -4,11 +4,15 @@ With validation on (``MPICOMM_VALIDATE=1`` or :func:`set_validation`), each coll
 one small ``allgather`` of a record of the call: function name, op, dtype, element counts and, for
 the v-collectives, what each rank sends to and expects from every other. Every rank checks the same
 gathered records with the same code, so a mismatch raises the same :class:`CrossRankMismatchError`
-on every rank, where without validation MPI would hang or return wrong data.
+on every rank, where without validation MPI would hang or return wrong data. At
+``MPI_THREAD_MULTIPLE`` each call holding its group also ends with one agreement on whether two
+threads called on the group at once on any rank (:mod:`mpicomm.core.busy`): if so, every rank
+raises the same :class:`~mpicomm.DistError` instead of some returning wrongly paired data.
 
 Cost: one extra small allgather per call (a 256-byte slot per rank with the JSON record; the rest
 of a longer record point to point; never pickle): a few microseconds to tens of microseconds at
-small world sizes, O(W^2) integers for the all-to-alls;
+small world sizes, O(W^2) integers for the all-to-alls; at ``MPI_THREAD_MULTIPLE`` one
+``MPI_Allreduce`` of one int more per call that holds its group;
 keep it for debugging and tests. A local check that fails on some ranks only travels in the same
 exchange (see :func:`report`), so every rank raises it together instead of some waiting forever.
 """
@@ -55,6 +59,12 @@ class _FlagState:
 
 
 _Flag = _FlagState()
+
+#: Called with the new setting when validation mode is turned on or off: at
+#: ``MPI_THREAD_MULTIPLE``, :mod:`mpicomm.core.busy` makes each call that holds its group agree
+#: across the ranks whether two threads raced the group on any rank (it registers itself here,
+#: since it imports this module's importers).
+WATCHERS: list[Callable[[bool], None]] = []
 
 
 class exact_dtype:  # noqa: N801 - a context manager used like a function
@@ -103,6 +113,7 @@ def set_validation(enabled: bool = True) -> None:
     if not isinstance(enabled, bool):
         raise ArgumentTypeError(f"set_validation: enabled is {enabled!r}; expected True or False")
     _Flag.on = enabled
+    _tell(enabled)
 
 
 def is_validation_enabled() -> bool:
@@ -120,6 +131,13 @@ def read_environment() -> None:
     """Turn validation on when ``MPICOMM_VALIDATE`` is set to something other than ``0`` or empty."""
     if os.environ.get("MPICOMM_VALIDATE", "0") not in ("", "0"):
         _Flag.on = True
+        _tell(True)
+
+
+def _tell(on: bool) -> None:
+    """Tell the modules that follow the setting (:data:`WATCHERS`) that validation mode is ``on`` or off."""
+    for watcher in WATCHERS:
+        watcher(on)
 
 
 def check(

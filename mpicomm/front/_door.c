@@ -12,7 +12,7 @@
  *   2. below MPI_THREAD_MULTIPLE, the calling thread is the one that started MPI; at it, a call that
  *      takes no tag holds its group in mpicomm.core.busy's table while it runs: another thread's
  *      call on the group marks it raced and waits (busy.race), and every call on a raced group
- *      raises as it returns (busy.spoiled);
+ *      raises as it returns (busy.settle, which in validation mode first agrees across the ranks);
  *   3. the watchdog's token (thread ident, site, group, None) is on the live list while the host
  *      implementation runs with the caller's own arguments;
  *   4. an Exception the host raises goes to `failed(exc, before, args, kwnames)`, a Python function
@@ -63,7 +63,7 @@ typedef struct {
     PyObject *busy;        /* group -> the token of the call inside it */
     PyObject *raced;       /* the groups two threads called on at once -> what happened */
     PyObject *race;        /* race(token, group, inside): marks the group raced, waits, holds it */
-    PyObject *spoil;       /* spoil(token, group): raises */
+    PyObject *spoil;       /* busy.settle(token, group, error class or None): raises on a raced group */
 } Door;
 
 /* The thread ident as a Python int, made once per thread that calls (most programs: one). */
@@ -221,6 +221,14 @@ static int hold(Door *d, PyObject *group, PyObject *token, unsigned long me, PyO
     int same = who == mine ? 1 : PyObject_RichCompareBool(who, mine, Py_EQ);
     if (same < 0) return -1;
     if (same) return 0; /* nested in a call of this thread: the outer call lets go */
+    /* marked in the step that found the call inside (no Python code runs between): that call looks
+     * at the mark as it ends, in validation mode (busy.settle) */
+    PyObject *blank = PyUnicode_New(0, 0);
+    if (blank == NULL || PyDict_SetDefault(d->raced, k, blank) == NULL) {
+        Py_XDECREF(blank);
+        return -1;
+    }
+    Py_DECREF(blank);
     Py_INCREF(inside); /* race() waits: the thread inside lets go meanwhile */
     Py_INCREF(k);
     PyObject *r = PyObject_CallFunctionObjArgs(d->race, token, k, inside, NULL);
@@ -234,29 +242,26 @@ static int hold(Door *d, PyObject *group, PyObject *token, unsigned long me, PyO
     return 0;
 }
 
-/* End the hold of `token` on `held` (steals it) as busy.let_go does: on a raced group, drop the
- * result `r` and raise (the host's error, if any, is the new error's context). */
-static PyObject *let_go(Door *d, PyObject *held, PyObject *token, PyObject *r) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+/* let_go where busy's raced table is not empty (a raced group, or validation mode): busy.settle(token,
+ * group, the error's class or None) runs first, while the group is still held: it may agree across
+ * the ranks (validation mode) and raises on a raced group; then the hold ends, and where settle
+ * raised, the result `r` is dropped and its error raised (the host's error, if any, is its context). */
+static PyObject *settle(Door *d, PyObject *held, PyObject *token, PyObject *r, PyObject *type, PyObject *value,
+                        PyObject *tb) {
+    PyObject *st = NULL, *sv = NULL, *stb = NULL;
+    PyObject *got = PyObject_CallFunctionObjArgs(d->spoil, token, held, type ? type : Py_None, NULL);
+    if (got == NULL) PyErr_Fetch(&st, &sv, &stb);
+    Py_XDECREF(got);
     PyObject *cur = PyDict_GetItemWithError(d->busy, held);
     if (cur == token && PyDict_DelItem(d->busy, held) < 0) PyErr_Clear();
     if (cur == NULL) PyErr_Clear();
-    int spoiled = PyDict_GET_SIZE(d->raced) > 0 ? PyDict_Contains(d->raced, held) : 0;
-    if (spoiled < 0) {
-        PyErr_Clear();
-        spoiled = 0;
-    }
-    if (!spoiled) {
-        Py_DECREF(held);
+    Py_DECREF(held);
+    if (st == NULL) {
         PyErr_Restore(type, value, tb);
         return r;
     }
     Py_XDECREF(r);
-    PyObject *got = PyObject_CallFunctionObjArgs(d->spoil, token, held, NULL);
-    Py_DECREF(held);
-    Py_XDECREF(got);
-    if (got != NULL) PyErr_SetString(PyExc_SystemError, "mpicomm front door: busy.spoiled returned");
+    PyErr_Restore(st, sv, stb);
     if (value != NULL) { /* as Python's `finally` raising: the host's error is the context */
         PyObject *t2, *v2, *tb2;
         PyErr_Fetch(&t2, &v2, &tb2);
@@ -265,11 +270,25 @@ static PyObject *let_go(Door *d, PyObject *held, PyObject *token, PyObject *r) {
         if (tb != NULL) PyException_SetTraceback(value, tb);
         if (v2 != NULL) PyException_SetContext(v2, value); /* steals value */
         else Py_DECREF(value);
-        Py_XDECREF(type);
-        Py_XDECREF(tb);
         PyErr_Restore(t2, v2, tb2);
     }
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
     return NULL;
+}
+
+/* End the hold of `token` on `held` (steals it) as busy.let_go does; returns `r` with the host's
+ * error, if any, as it was, unless busy's raced table is not empty (settle above). */
+static PyObject *let_go(Door *d, PyObject *held, PyObject *token, PyObject *r) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyDict_GET_SIZE(d->raced) > 0) return settle(d, held, token, r, type, value, tb);
+    PyObject *cur = PyDict_GetItemWithError(d->busy, held);
+    if (cur == token && PyDict_DelItem(d->busy, held) < 0) PyErr_Clear();
+    if (cur == NULL) PyErr_Clear();
+    Py_DECREF(held);
+    PyErr_Restore(type, value, tb);
+    return r;
 }
 
 static PyObject *door_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {

@@ -175,7 +175,7 @@ class _Plan:
             flags, exchanges, np.ndarray, _KINDS, PLAIN_SCALAR, kinds.LIST, tuple(self.names),
             defaults, _MISSING, tuple(pos for pos, _, _ in self.slots), self.flag, group,
             self.exclusive, engine, state, vars(type(state))["world"], groups.ProcessGroup,
-            busy._BUSY, busy._RACED, busy.race, busy.spoiled,
+            busy._BUSY, busy._RACED, busy.race, busy.settle,
         )  # fmt: skip
 
     def failed_in_c(

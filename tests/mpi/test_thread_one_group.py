@@ -6,7 +6,8 @@ once enter in orders that differ between ranks and got each other's data, silent
 its turn and takes part (no rank waits for a call that never comes), and every call on a raced
 group raises a DistError naming the call, the group and both threads (``mpicomm.core.busy``). A
 rank whose threads happened to take turns sees no race and can still get the data its peers paired
-wrongly; the rank where they overlapped raises (``_never_silent``).
+wrongly; the rank where they overlapped raises (``_never_silent``). Validation mode turns that into
+the same error on every rank: tests/mpi/test_thread_validated.py. These tests run with it off.
 
 Under ``python -m mpi4py`` MPI runs at ``MPI_THREAD_MULTIPLE``. Each test makes its own groups (a
 raced group stays raced). Every rank builds the expected sums from the ranks' values.
@@ -29,10 +30,13 @@ import mpicomm
 from mpicomm.core import busy, engine
 from mpicomm.errors import ArgumentTypeError, DistError
 
-pytestmark = pytest.mark.skipif(
-    MPI.Query_thread() < MPI.THREAD_MULTIPLE,
-    reason="needs MPI_THREAD_MULTIPLE (tests/unit/test_thread_level.py)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        MPI.Query_thread() < MPI.THREAD_MULTIPLE,
+        reason="needs MPI_THREAD_MULTIPLE (tests/unit/test_thread_level.py)",
+    ),
+    pytest.mark.usefixtures("validation_off"),  # what a rank sees alone (validation mode: the other file)
+]
 
 ROUNDS = 150
 
