@@ -130,7 +130,7 @@ PLUGS: tuple[Plug, ...] = (
     ),
     Plug(
         "mpicomm.front",
-        "mpicomm.core.engine.precheck",
+        "mpicomm.core.engine_gate.precheck",
         "the checks a queued call makes on the caller's thread (mpicomm.front.prechecks) use the data "
         "paths' own helpers, which the engine may not import (it sits below them); passed at every "
         "call, they would change the signature of every gated host and of the inline gates (issue 41: "

@@ -12,7 +12,8 @@ Below ``MPI_THREAD_MULTIPLE`` only one thread may be inside MPI at a time, and t
 guarantees it: while anything is queued (``_T.pending``, kept in the watchdog's thread
 state so that ``mpicomm.core.watchdog.serial`` sees it too), every call from the caller's
 threads goes through the queue, and a blocking one waits for its turn; calls that do not pass the
-gate (``gate``) wait at ``mpicomm.core.watchdog.serial`` for the queue to empty. When
+gate (:mod:`mpicomm.core.engine_gate`) wait at ``mpicomm.core.watchdog.serial`` for the queue to
+empty. When
 nothing is queued a blocking call takes its usual fast path, after one attribute test.
 
 At ``MPI_THREAD_MULTIPLE`` point-to-point calls take their own lane: they run on the caller's
@@ -23,6 +24,11 @@ Below it, ``send``, ``recv``, ``isend``, ``irecv`` and ``sendrecv`` of host arra
 thread inside MPI, from inside the collective (MPICH's ``MPIX_Async_start``, :mod:`mpicomm.core.lane`,
 :mod:`mpicomm.core.lane_work`).
 
+The gate itself (``gate``, ``Spec``, ``precheck``, the inline gates' ``wanted`` and
+``through``) is :mod:`mpicomm.core.engine_gate`, which the data paths and the front door import:
+this module, its queue and its lane load at the first call past the gate's fast path (the first
+``async_op=True`` call), so a program that only blocks never loads them (issue 44).
+
 A queued call's arguments are checked on the caller's thread before it is queued (:func:`precheck`);
 a call that fails on the engine fails its Work and every later call of the rank
 (:mod:`mpicomm.core.engine_work`).
@@ -32,15 +38,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
-import inspect
 import os
 import sys
 import threading
 import types
 import warnings
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentTypeError, CommunicationError
 from . import calls, chunks, lane, lane_work, validation, watchdog
@@ -48,62 +51,18 @@ from .engine_work import _Q, EngineWork, _broken, _refuse, drain
 from .groups import _State, resolve
 from .work import Work
 
-__all__ = ["EngineWork", "Spec", "drain", "gate", "pending", "precheck", "submit", "through", "wanted"]
+if TYPE_CHECKING:
+    from .engine_gate import Spec
 
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["EngineWork", "drain", "pending", "submit", "through", "wanted"]
 
 _T = watchdog._Threads
 _get_ident = threading.get_ident
 
 
-class _Checks:
-    """The arguments' check an asynchronous call makes on the caller's thread before it is queued.
-
-    Set by the front door (:mod:`mpicomm.front.prechecks`, through :func:`precheck`): the engine
-    sits below the data paths whose checks it runs, so it is handed the function, never imports it.
-    """
-
-    check: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], None] | None = None
-    #: A point-to-point call as the in-MPI lane takes it (:mod:`mpicomm.core.lane`), or None.
-    message: Callable[[str, inspect.Signature, tuple[Any, ...], dict[str, Any]], Any] | None = None
-
-
-def precheck(check: Callable[..., None], message: Callable[..., Any] | None = None) -> None:
-    """Make ``check(fn, signature, args, kwargs)`` run before every asynchronous call is queued.
-
-    It raises the call's argument error on the caller's thread (before any MPI call), so a mistake
-    in an ``async_op=True`` call raises at the call, not at ``wait()``. It must not call MPI.
-    ``message(fn, signature, args, kwargs)``, if given, makes a point-to-point call what the
-    in-MPI lane takes (:mod:`mpicomm.core.lane`), or None for one it does not serve.
-
-    Example:
-        >>> before = _Checks.check
-        >>> precheck(lambda fn, signature, args, kw: None)
-        >>> _Checks.check = before
-    """
-    _Checks.check = check
-    _Checks.message = message
-
-
 def pending() -> int:
     """How many posted calls the engine has not finished (0: a call may enter MPI on its own thread)."""
     return _T.pending
-
-
-class Spec:
-    """One gated public call: its host, its name and how the engine may run it."""
-
-    __slots__ = ("fn", "group_at", "host", "p2p", "posts", "queued", "signature", "site", "validated")
-
-    def __init__(
-        self, fn: str, host: Callable[..., Any], p2p: bool, posts: bool, validated: bool, queued: bool
-    ) -> None:
-        self.fn, self.host, self.p2p, self.posts, self.validated = fn, host, p2p, posts, validated
-        self.queued = queued
-        self.signature = inspect.signature(host)
-        names = list(self.signature.parameters)
-        self.group_at = names.index("group") if "group" in names else -1
-        self.site = watchdog.Site(f"{fn} (run on mpicomm's communication thread)")
 
 
 def submit(work: EngineWork) -> None:
@@ -233,53 +192,6 @@ atexit.register(_stop)
 watchdog._drainer = drain  # calls outside the gate wait for the queue (watchdog.serial)
 
 
-# -- the gate below the front door
-
-
-def gate(
-    fn: str, *, p2p: bool = False, posts: bool = False, validated: bool = True, queued: bool = True
-) -> Callable[[F], F]:
-    """Put the engine's gate in front of the host implementation of the public call ``fn``.
-
-    The wrapper keeps the host's signature (``functools.wraps``: the front door and
-    ``inspect.signature`` see the host's parameters): a blocking call with nothing queued goes
-    straight to the host after one test of ``async_op`` and one of the queue's count; every other
-    call goes to the engine (``_through``).
-
-    Args:
-        fn: The public name.
-        p2p: A point-to-point call (its own lane at ``MPI_THREAD_MULTIPLE``).
-        posts: The host posts non-blocking operations and returns their Work (``isend``, ``irecv``):
-            it is never waited for on the engine.
-        validated: Whether the call takes part in validation mode's exchange.
-        queued: Whether the engine may run the call; False for a call whose results the engine
-            cannot hand back in the caller's kinds (one that allocates its outputs): it waits for
-            the queue to empty, then runs on the caller's thread (its Work complete on return).
-
-    Returns:
-        The decorator.
-    """
-
-    def wrap(host: F) -> F:
-        spec = Spec(fn, host, p2p, posts, validated, queued)
-        names = list(spec.signature.parameters)
-        at = names.index("async_op") if "async_op" in names else -1
-        default = spec.signature.parameters["async_op"].default if at >= 0 else False
-
-        @functools.wraps(host)
-        def gated(*args: Any, **kwargs: Any) -> Any:
-            if at < 0:  # no async_op (isend, irecv, send, recv): only the queue decides
-                return host(*args, **kwargs) if not _T.pending else _through(spec, args, kwargs, posts)
-            flag = args[at] if at < len(args) else kwargs.get("async_op", default)
-            if flag is False and not _T.pending:
-                return host(*args, **kwargs)  # nothing queued, a blocking call: the host, here
-            return _through(spec, args, kwargs, flag)
-
-        return gated  # type: ignore[return-value]
-
-    return wrap
-
-
 def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: Any) -> Any:
     """A call that does not take the fast path: queued (or on its own lane) and, if blocking, waited for."""
     _refuse(spec.fn)  # after a failed call nothing enters MPI (_broken)
@@ -303,7 +215,9 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
         return spec.host(*args, **kw)
     if _State.world is None:  # MPI starts on the first call, on the caller's thread (it owns MPI then)
         resolve(None, spec.fn)
-    check = _Checks.check
+    # the front door's hooks (mpicomm.core.engine_gate.precheck), read off the class: off an
+    # instance a function would bind to it
+    check, message = type(spec).check, type(spec).message
     if check is not None:  # a mistake raises here, not at wait(), and never breaks the queue (no MPI call)
         check(spec.fn, spec.signature, args, kw)
     if (
@@ -311,9 +225,9 @@ def _through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: An
         and (spec.posts or not async_op)
         and not _Q.p2p
         and lane.started() is not None
-        and _Checks.message is not None
+        and message is not None
     ):
-        msg = _Checks.message(spec.fn, spec.signature, args, kw)
+        msg = message(spec.fn, spec.signature, args, kw)
         if msg is not None:  # below multiple: run inside the engine's collective (a peer may need it)
             out = lane_work.serve(spec.fn, msg, spec.posts, _Q.cond)
             if out is lane_work.IDLE:  # the queue emptied meanwhile: nothing else is inside MPI

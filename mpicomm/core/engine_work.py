@@ -20,7 +20,7 @@ from . import chunks, watchdog
 from .work import Work
 
 if TYPE_CHECKING:
-    from .engine import Spec
+    from .engine_gate import Spec
 
 __all__ = ["EngineWork", "drain"]
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _mpi
 from ..errors import ArgumentTypeError, CommunicationError
 from . import watchdog
-from .future import Future
 from .statuses import all_done, describe, waitall
+
+if TYPE_CHECKING:
+    from .future import Future
 
 __all__ = ["Work", "mpi_text", "wait_all"]
 
@@ -160,6 +162,8 @@ class Work:
             >>> float(fut.wait()[0][0]) == mpicomm.get_world_size()
             True
         """
+        from .future import Future  # loaded with the first future: a blocking program needs none (issue 44)
+
         return Future(self)
 
     def source_rank(self) -> int:

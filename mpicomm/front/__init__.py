@@ -22,7 +22,7 @@ May import: the data paths (``mpicomm.dense``, ``mpicomm.jagged``, ``mpicomm.obj
 
 from typing import Any as _Any
 
-from ..core import engine as _engine
+from ..core import engine_gate as _gate
 
 
 def _precheck(fn: str, signature: _Any, args: tuple[_Any, ...], kw: dict[str, _Any]) -> None:
@@ -43,4 +43,4 @@ def _message(fn: str, signature: _Any, args: tuple[_Any, ...], kw: dict[str, _An
     return message(fn, signature, args, kw)
 
 
-_engine.precheck(_precheck, _message)
+_gate.precheck(_precheck, _message)

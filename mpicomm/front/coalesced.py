@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.engine import gate
+from ..core.engine_gate import gate
 from ..core.future import Future
 from ..core.groups import ProcessGroup
 from ..core.reduce_op import ReduceOp

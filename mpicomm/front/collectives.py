@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..core.engine import drain, gate
+from ..core.engine_gate import drain, gate
 from ..core.watchdog import _Threads
 from . import device, kinds
 from .door import BOTH, READ, WRITE, front_door

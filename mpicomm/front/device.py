@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core import chunks
-from ..core.engine import drain
+from ..core.engine_gate import drain
 from ..core.groups import resolve, root_rank
 from ..core.watchdog import _Threads
 from ..core.work import Work, completed

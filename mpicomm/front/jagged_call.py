@@ -7,7 +7,7 @@ numpy all_reduce (issue 44).
 
 from __future__ import annotations
 
-from ..core.engine import gate
+from ..core.engine_gate import gate
 from ..jagged import exchange
 from . import jagged
 from .door import READ, front_door

@@ -27,7 +27,8 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from ..core.engine import EngineWork, Spec, submit
+from ..core.engine import EngineWork, submit
+from ..core.engine_gate import Spec
 from ..core.engine_work import _Q, _refuse
 from ..core.groups import ProcessGroup
 from ..core.watchdog import _get_ident, _Threads

@@ -94,3 +94,70 @@ def test_the_lazy_doors_are_the_public_calls_and_keep_their_aliases() -> None:
     assert mpicomm.jagged_all_to_all.__name__ == "jagged_all_to_all"
     for name in collectives.__all__:
         assert getattr(collectives, name) is getattr(mpicomm, name), name
+
+
+#: The asynchronous engine (issue 44): loaded by the first call that needs it, never by a blocking one.
+ENGINE = ("mpicomm.core.engine", "mpicomm.core.engine_work", "mpicomm.core.lane")
+#: What only an asynchronous program needs: the engine, and the futures of its Works.
+ASYNC_ONLY = (*ENGINE, "mpicomm.core.future")
+
+
+@pytest.mark.process
+def test_blocking_calls_never_load_the_engine_and_the_first_async_call_loads_and_runs_it() -> None:
+    got = python(f"""
+        import json, sys, threading
+        import numpy as np
+        import mpicomm
+        engine = {ASYNC_ONLY!r}
+        mpicomm.init()
+        x, y, z = np.ones(3), np.arange(4.0), np.arange(2.0)
+        mpicomm.all_reduce(x)
+        mpicomm.broadcast(y, 0)
+        mpicomm.reduce(z, 0)  # a gated door (mpicomm.core.engine_gate.gate)
+        out = [np.empty(4)]
+        mpicomm.all_gather(out, y)
+        blocking = sorted(m for m in engine if m in sys.modules)
+        threads = sorted(t.name for t in threading.enumerate())
+        work = mpicomm.all_reduce(x, async_op=True)
+        loaded = sorted(m for m in engine if m in sys.modules)
+        done = work.wait()
+        fut = mpicomm.broadcast(y, 0, async_op=True).get_future()
+        mpicomm.all_reduce(z)  # blocking behind a queued call: through the engine's queue
+        print(json.dumps({{
+            "blocking": blocking, "threads": threads, "loaded": loaded, "done": done,
+            "x": x.tolist(), "y": fut.wait()[0].tolist(), "z": z.tolist(),
+            "engine_thread": any(t.name == "mpicomm-engine" for t in threading.enumerate()),
+            "pending": mpicomm.core.engine_gate.pending(),
+        }}))
+    """)
+    assert got["blocking"] == [], got  # four blocking calls, two of them through the gate's wrapper
+    assert "mpicomm-engine" not in got["threads"]
+    assert got["loaded"] == sorted(ENGINE)  # the future loads with the first get_future()
+    assert got["engine_thread"] and got["done"] is True and got["pending"] == 0
+    assert got["x"] == [1.0] * 3 and got["y"] == [0.0, 1.0, 2.0, 3.0] and got["z"] == [0.0, 1.0]
+
+
+@pytest.mark.process
+def test_a_gated_host_loads_the_engine_at_its_first_async_call_only() -> None:
+    got = python("""
+        import json, sys
+        import numpy as np
+        from mpicomm.core import engine_gate, groups
+        groups.init()
+        ran = []
+        host = engine_gate.gate("example")(lambda x, group=None, async_op=False: ran.append(float(x.sum())))
+        host(np.ones(1))
+        before = "mpicomm.core.engine" in sys.modules
+        work = host(np.ones(2), async_op=True)
+        work.wait()
+        host(np.ones(3))
+        print(json.dumps({"before": before, "ran": ran, "after": "mpicomm.core.engine" in sys.modules,
+                          "queued": engine_gate.pending(), "work": type(work).__module__}))
+    """)
+    assert got == {
+        "before": False,
+        "ran": [1.0, 2.0, 3.0],
+        "after": True,
+        "queued": 0,
+        "work": "mpicomm.core.engine_work",
+    }

@@ -235,6 +235,28 @@ def large_targets(own: dict[str, dict[str, float]]) -> list[tuple[str, float, fl
     return out
 
 
+def level_rows(jobs: dict[str, dict[str, Any]]) -> list[str]:
+    """The large rows at each thread level: mpicomm / raw in each job, and raw against raw at ``single``.
+
+    The two contenders of a job share its level (one process), so a cost of the level itself shows
+    in the raw column across jobs, a cost of mpicomm's at one level in that job's ratio only.
+    """
+    lines = []
+    for nbytes in LARGE_SIZES:
+        name = f"all_reduce {nbytes >> 20} MiB"
+        rows = {level: job["rows"].get(name) for level, job in jobs.items()}
+        base = rows.get("single")
+        if base is None or any(row is None for row in rows.values()):
+            continue
+        parts = [
+            f"{level} {row['mpicomm'] / row['mpi4py']:.3f}x (raw {row['mpi4py'] / base['mpi4py']:.3f}x)"
+            for level, row in rows.items()
+            if row is not None
+        ]
+        lines.append(f"  {name:<18} " + "  ".join(parts))
+    return lines
+
+
 def _run_child(level: str, ranks: int, rounds: int) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MPI4PY_RC_", "MPICOMM_THREAD"))}
     env["OMP_NUM_THREADS"] = "1"
@@ -406,6 +428,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n{level}: thread level {job['thread_level']}; C loop: {job['c_loop']}")
         for name, row in job["rows"].items():
             print(f"  {name:<28} " + "  ".join(f"{k} {v:8.2f} us" for k, v in row.items()))
+    large = level_rows(jobs)
+    if large:
+        print(
+            "\nlarge all_reduce, mpicomm / raw at each level (raw against raw at single):", *large, sep="\n"
+        )
     start = startup(args.ranks, args.launches)
     print(f"\nstart-up (median of {args.launches}): " + "  ".join(f"{k} {v:.3f} s" for k, v in start.items()))
     stale = uncompiled()
