@@ -47,7 +47,13 @@ def _sharded(pg: Any, prefetch: bool, async_unshard: bool) -> tuple[nn.Module, l
     mesh = _mesh(pg)
     torch.manual_seed(0)
     model = nn.Sequential(
-        nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 24), nn.ReLU(), nn.Linear(24, 16), nn.ReLU(), nn.Linear(16, 4)
+        nn.Linear(8, 16),
+        nn.ReLU(),
+        nn.Linear(16, 24),
+        nn.ReLU(),
+        nn.Linear(24, 16),
+        nn.ReLU(),
+        nn.Linear(16, 4),
     )
     layers: list[Any] = [fully_shard(m, mesh=mesh) for m in model if isinstance(m, nn.Linear)]
     fully_shard(model, mesh=mesh)
@@ -70,7 +76,7 @@ def _train(model: nn.Module, steps: int) -> list[torch.Tensor]:
         opt.zero_grad()
         model(x).square().mean().backward()
         opt.step()
-    return [p.full_tensor().detach().clone() for p in model.parameters()]  # type: ignore[operator]
+    return [p.full_tensor().detach().clone() for p in model.parameters()]  # type: ignore[attr-defined]
 
 
 class _Spy:
@@ -146,4 +152,3 @@ def test_fsdp2_prefetched_all_gather_is_in_flight_during_the_previous_forward(
         assert seen["is_async"] and isinstance(seen["work"], Running), seen
         assert seen["pending"], seen
         assert seen["work"].wait(), seen  # and it completed afterwards
-
