@@ -40,10 +40,11 @@ def test_the_report_times_every_contender_and_checks_results(monkeypatch: pytest
     assert set(ddp) >= set(torch_steps.DDP_CASES) and ddp["buckets"] == [(8 * 16 + 16 + 16 * 4 + 4) * 4]
     (fsdp,) = res["fsdp"]
     assert fsdp["model"] == "tiny" and fsdp["check"] and fsdp["mpicomm"]["min"] > 0
+    assert fsdp["mpicomm prefetch"]["min"] > 0 and fsdp["gloo prefetch"]["min"] > 0
     assert set(res["split"]) == {"direct", "pg", "dist", "AllreduceOptions()", "opts.reduceOp"}
     text = torch_backend.torch_backend_lines(res)
     assert "8 B on a one-rank group (mins)" in text and "torch's Python wrapper" in text
-    assert "hidden mpicomm" in text and "FSDP2 step, tiny" in text
+    assert "hidden mpicomm" in text and "FSDP2 step, tiny" in text and "explicit prefetching" in text
     assert text.count("target ") == 3  # 8 B added, 8 B vs gloo, the DDP model (no size >= 1 MiB here)
     assert "MPI thread level" in text and "torch intra-op threads" in text
     from mpicomm.c10d import waiting
