@@ -7,7 +7,8 @@ Each one reads torch's options object once and calls mpicomm's public front door
 direct or staged GPU path. Collectives complete before they return and answer a completed
 :class:`~mpicomm.c10d.work.Done` (torch's C++ waits on futures, never on the Work), except an
 ``allreduce`` with ``asyncOp`` (DDP's buckets), which runs on mpicomm's communication thread and
-answers a :class:`~mpicomm.c10d.work.Running`; an ``allreduce`` of a tensor over 24 MiB goes in
+answers a :class:`~mpicomm.c10d.work.Running`, as does an ``all_gather_single`` with ``asyncOp``
+(FSDP2's prefetched unshards); an ``allreduce`` of a tensor over 24 MiB goes in
 equal pieces on every rank (:mod:`mpicomm.c10d.pieces`). Point-to-point transfers answer a
 :class:`~mpicomm.c10d.work.Pending`.
 
@@ -295,8 +296,16 @@ class MpicommProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(  # type: ignore[override]
         self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
-    ) -> Done:
-        """``dist.all_gather_into_tensor`` (FSDP2's call): every rank's ``input``, concatenated."""
+    ) -> Done | Running:
+        """``dist.all_gather_into_tensor`` (FSDP2's call): every rank's ``input``, concatenated.
+
+        With ``asyncOp`` (FSDP2's explicitly prefetched unshard, functional collectives) the call is
+        queued on mpicomm's communication thread and runs while the caller computes: the next
+        module's parameters arrive during this module's forward.
+        """
+        if opts is not None and opts.asyncOp:
+            queued = collectives.all_gather_into_tensor(output, input, self._g, True)
+            return Running(completed() if queued is None else queued, [output])
         collectives.all_gather_into_tensor(output, input, self._g, False)
         return Done([output])
 

@@ -34,7 +34,15 @@ from typing import Any
 from .. import _mpi
 from .launch import launcher_variables
 
-__all__ = ["CVAR", "heavy_yield", "oversubscribed", "set_heavy_yield", "sleep_in_long_waits"]
+__all__ = [
+    "CVAR",
+    "heavy_yield",
+    "oversubscribed",
+    "read_cvar",
+    "set_heavy_yield",
+    "sleep_in_long_waits",
+    "write_cvar",
+]
 
 #: MPICH's control variable; ``MPICH_ENABLE_HEAVY_YIELD`` is its other name in the environment.
 CVAR = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
@@ -45,8 +53,8 @@ class _State:
     done = False
 
 
-def _on_cvar(act: Callable[[Any, ctypes.c_void_p], int]) -> int | None:
-    """``act(lib, handle)`` on MPICH's variable through MPI's tool interface (None where it cannot run)."""
+def _on_cvar(act: Callable[[Any, ctypes.c_void_p], int], name: str = CVAR) -> int | None:
+    """``act(lib, handle)`` on MPICH's variable ``name`` via MPI's tool interface (None: it cannot run)."""
     MPI = _mpi.MPI
     if MPI is None or "MPICH" not in MPI.Get_library_version():
         return None
@@ -57,7 +65,7 @@ def _on_cvar(act: Callable[[Any, ctypes.c_void_p], int]) -> int | None:
         if lib.MPI_T_init_thread(0, ctypes.byref(provided)) != 0:
             return None
         result = None
-        if lib.MPI_T_cvar_get_index(CVAR.encode(), ctypes.byref(index)) == 0 and (
+        if lib.MPI_T_cvar_get_index(name.encode(), ctypes.byref(index)) == 0 and (
             lib.MPI_T_cvar_handle_alloc(index, None, ctypes.byref(handle), ctypes.byref(count)) == 0
         ):
             result = act(lib, handle) if count.value == 1 else None
@@ -148,4 +156,36 @@ def heavy_yield() -> int | None:
         True
     """
     value = _on_cvar(_read)
+    return None if value is None or value < 0 else value
+
+
+def write_cvar(name: str, value: int) -> bool:
+    """Set MPICH's integer control variable ``name`` through MPI's tool interface; whether it was written.
+
+    MPICH reads its collective-selection variables at each call, so this takes effect at the next one
+    (the bench switches ``MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM`` for some samples this way).
+
+    Example:
+        >>> import mpicomm
+        >>> from mpicomm.c10d.waiting import CVAR, read_cvar, write_cvar
+        >>> _ = mpicomm.init()
+        >>> was = read_cvar(CVAR)
+        >>> write_cvar(CVAR, 0) is False or read_cvar(CVAR) == 0
+        True
+        >>> _ = write_cvar(CVAR, was or 0)
+    """
+    return _on_cvar(_writer(value), name) == 1
+
+
+def read_cvar(name: str) -> int | None:
+    """MPICH's integer control variable ``name`` (None where it cannot be read: not MPICH, no such variable).
+
+    Example:
+        >>> import mpicomm
+        >>> from mpicomm.c10d.waiting import read_cvar
+        >>> _ = mpicomm.init()
+        >>> read_cvar("MPIR_CVAR_NO_SUCH_VARIABLE") is None
+        True
+    """
+    value = _on_cvar(_read, name)
     return None if value is None or value < 0 else value

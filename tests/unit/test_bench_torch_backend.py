@@ -40,11 +40,36 @@ def test_the_report_times_every_contender_and_checks_results(monkeypatch: pytest
     assert set(ddp) >= set(torch_steps.DDP_CASES) and ddp["buckets"] == [(8 * 16 + 16 + 16 * 4 + 4) * 4]
     (fsdp,) = res["fsdp"]
     assert fsdp["model"] == "tiny" and fsdp["check"] and fsdp["mpicomm"]["min"] > 0
+    assert fsdp["mpicomm prefetch"]["min"] > 0 and fsdp["gloo prefetch"]["min"] > 0
     assert set(res["split"]) == {"direct", "pg", "dist", "AllreduceOptions()", "opts.reduceOp"}
     text = torch_backend.torch_backend_lines(res)
     assert "8 B on a one-rank group (mins)" in text and "torch's Python wrapper" in text
-    assert "hidden mpicomm" in text and "FSDP2 step, tiny" in text
+    assert "hidden mpicomm" in text and "FSDP2 step, tiny" in text and "explicit prefetching" in text
     assert text.count("target ") == 3  # 8 B added, 8 B vs gloo, the DDP model (no size >= 1 MiB here)
+    assert "MPI thread level" in text and "torch intra-op threads" in text
+    from mpicomm.c10d import waiting
+
+    assert res["algorithm"] == waiting.read_cvar(torch_steps.ALGO)  # MPICH's selection left as it was
+    if res["algorithm"] not in (None, torch_steps.P2P):  # MPICH: the point-to-point cases ran
+        assert {"mpicomm p2p", "comm p2p"} <= set(ddp) and "mpicomm p2p/gloo" in text
+
+
+def test_the_p2p_cases_switch_mpichs_allreduce_for_their_call_only() -> None:
+    from mpicomm.c10d import waiting
+
+    mpicomm.init()
+    was = waiting.read_cvar(torch_steps.ALGO)
+    if was is None:
+        pytest.skip("MPI offers no MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM (not MPICH)")
+    seen: list[int | None] = []
+
+    def fail() -> None:
+        seen.append(waiting.read_cvar(torch_steps.ALGO))
+        raise RuntimeError("step failed")
+
+    with pytest.raises(RuntimeError, match="step failed"):
+        torch_steps._switched(fail, was)()
+    assert seen == [torch_steps.P2P] and waiting.read_cvar(torch_steps.ALGO) == was  # restored on error too
 
 
 def _row(size: int, direct: float, backend: float, gloo: float) -> dict[str, object]:

@@ -21,6 +21,12 @@ without communication and the buckets' all_reduces alone: the share of the all_r
 behind backward (DDP's bucket all_reduces run on mpicomm's communication thread, issue 41).
 Before timing, one step of each (same seed) is checked: every gradient equal to gloo's.
 
+Where the job has at least as many ranks as the machine has cores, each rank's torch runs one
+intra-op thread (``torch.set_num_threads(1)``, restored afterwards; the report says so): two ranks'
+thread pools on two cores would take turns with the ranks' MPI waits. The report also gives the
+MPI thread level and MPICH's intra-node allreduce selection, which decide how MPICH waits
+(:mod:`mpicomm.apps.bench.torch_steps`: its ``p2p`` cases).
+
 Example::
 
     mpiexec -n 2 python -m mpi4py -m mpicomm.bench --ops torch_backend --rounds 16
@@ -29,6 +35,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from collections.abc import Callable
 from functools import partial
@@ -38,8 +45,9 @@ import numpy as np
 
 import mpicomm
 
+from ... import _mpi
 from .harness import Env, _data, _timed, calibrate, everywhere, fmt_size, quiet_gate
-from .torch_steps import MODELS, ddp_rows, fsdp_rows, step_lines
+from .torch_steps import ALGO, MODELS, ddp_rows, fsdp_rows, step_lines
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -141,6 +149,11 @@ def torch_backend(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[
 
     import mpicomm.torch  # noqa: F401  # registers the backend
 
+    from ...c10d import waiting
+
+    threads = torch.get_num_threads()
+    if e.n >= (os.cpu_count() or 1):  # a core per rank at most: one intra-op thread each
+        torch.set_num_threads(1)
     started = not dist.is_initialized()
     if started:
         dist.init_process_group("mpicomm")
@@ -154,11 +167,15 @@ def torch_backend(ctl: MPI.Intracomm, e: Env, args: argparse.Namespace) -> dict[
             "world_size": e.n,
             "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(),
+            "torch_threads_before": threads,
+            "thread_level": _mpi.thread_level(),
+            "algorithm": waiting.read_cvar(ALGO),
         }
     finally:
         dist.destroy_process_group(gloo)
         if started:
             dist.destroy_process_group()
+        torch.set_num_threads(threads)
     res["check"] = all(r["check"] for r in res["all_reduce"] + res["ddp"] + res["fsdp"])
     return res
 
@@ -174,6 +191,13 @@ def torch_backend_lines(res: dict[str, Any]) -> str:
         "us per call, median (min); direct = mpicomm.all_reduce, pg = pg.allreduce by hand",
         f"  {'size':>8} {'direct':>16} {'pg':>16} {'backend':>16} {'gloo':>18}  added   back/dir  gloo/back",
     ]
+    if "thread_level" in res:
+        out.insert(
+            1,
+            f"  MPI thread level {res['thread_level']}; MPICH {ALGO} = {res['algorithm']} "
+            f"(0: point-to-point, 1: release_gather, 2: auto); torch intra-op threads {res['torch_threads']} "
+            f"(was {res['torch_threads_before']})",
+        )
     verdicts = []
     for row in res["all_reduce"]:
         cells = [f"{_us(row, c, 'median'):>8.1f} ({_us(row, c, 'min'):.1f})" for c in CASES]
