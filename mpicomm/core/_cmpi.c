@@ -25,6 +25,98 @@ static const char *const NAMES[F_COUNT] = {
 
 HIDDEN CmpiState cmpi_state = {.int_handles = 1};
 
+/* MPICH's algorithm for large intra-node allreduce and bcast (see mpicomm.core.algorithms). Below
+ * MPI_THREAD_MULTIPLE MPICH picks its shared-memory "release_gather" algorithm, 2-5x slower than
+ * its point-to-point one from about 32 KiB on (and faster below). For a message of at least
+ * `from` bytes, while the selection variable holds its default, the call writes the point-to-point
+ * value through MPI's tool interface and the default back after it. Only one thread is inside MPI
+ * below multiple, and every rank of a collective has the same message size, so all ranks choose
+ * alike. */
+typedef int (*cvar_rw)(void *handle, void *value);
+static struct {
+    cvar_rw read, write;
+    void *handle[2];   /* ALGO_ALLREDUCE, ALGO_BCAST; NULL: never switched */
+    int dflt[2], fast[2];
+    Py_ssize_t from;
+    unsigned long long switched[2];
+} A;
+enum { ALGO_ALLREDUCE, ALGO_BCAST };
+
+/* Called with the GIL released, right before the MPI call: whether it switched. */
+static inline int algo_enter(int which, Py_ssize_t len) {
+    int cur;
+    if (A.handle[which] == NULL || len < A.from) return 0;
+    if (A.read(A.handle[which], &cur) != 0 || cur != A.dflt[which]) return 0; /* someone else's choice */
+    if (A.write(A.handle[which], &A.fast[which]) != 0) return 0;
+    A.switched[which]++;
+    return 1;
+}
+
+static inline void algo_leave(int which, int on) {
+    if (on) A.write(A.handle[which], &A.dflt[which]);
+}
+
+/* switch_algorithm(which, read, write, handle, default, fast, from): install (handle 0: remove) the
+ * switch of one call; from is shared by both. */
+static PyObject *switch_algorithm(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi.switch_algorithm: 7 arguments");
+        return NULL;
+    }
+    long which = PyLong_AsLong(a[0]);
+    void *rd = PyLong_AsVoidPtr(a[1]), *wr = PyLong_AsVoidPtr(a[2]), *h = PyLong_AsVoidPtr(a[3]);
+    int dflt = (int)PyLong_AsLong(a[4]), fast = (int)PyLong_AsLong(a[5]);
+    Py_ssize_t from = PyLong_AsSsize_t(a[6]);
+    if (PyErr_Occurred()) return NULL;
+    if (which != ALGO_ALLREDUCE && which != ALGO_BCAST) {
+        PyErr_SetString(PyExc_ValueError, "mpicomm.core._cmpi.switch_algorithm: which is 0 or 1");
+        return NULL;
+    }
+    if (h != NULL && (rd == NULL || wr == NULL || from < 1)) {
+        PyErr_SetString(PyExc_ValueError, "mpicomm.core._cmpi.switch_algorithm: no read/write or from < 1");
+        return NULL;
+    }
+    A.handle[which] = NULL;
+    A.read = (cvar_rw)rd;
+    A.write = (cvar_rw)wr;
+    A.dflt[which] = dflt;
+    A.fast[which] = fast;
+    A.from = from;
+    A.handle[which] = h;
+    Py_RETURN_NONE;
+}
+
+/* algorithm_enter(which, nbytes) -> bool and algorithm_leave(which, on): the same switch around an
+ * MPI call made elsewhere (mpi4py's, a device buffer's), so that every path of a large call picks
+ * the algorithm the C calls pick. */
+static PyObject *algorithm_enter(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi.algorithm_enter: 2 arguments");
+        return NULL;
+    }
+    long which = PyLong_AsLong(a[0]);
+    Py_ssize_t len = PyLong_AsSsize_t(a[1]);
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong((which == ALGO_ALLREDUCE || which == ALGO_BCAST) && algo_enter((int)which, len));
+}
+
+static PyObject *algorithm_leave(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi.algorithm_leave: 2 arguments");
+        return NULL;
+    }
+    long which = PyLong_AsLong(a[0]);
+    int on = PyObject_IsTrue(a[1]);
+    if (PyErr_Occurred() || on < 0) return NULL;
+    if (which == ALGO_ALLREDUCE || which == ALGO_BCAST) algo_leave((int)which, on);
+    Py_RETURN_NONE;
+}
+
+/* algorithm_switches(): how many allreduce and bcast calls ran with the point-to-point algorithm. */
+static PyObject *algorithm_switches(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("(KK)", A.switched[ALGO_ALLREDUCE], A.switched[ALGO_BCAST]);
+}
+
 /* allreduce(buf, datatype, op, comm): MPI_Allreduce(MPI_IN_PLACE, buf, ...). */
 static PyObject *allreduce(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     ARGS(4);
@@ -36,12 +128,15 @@ static PyObject *allreduce(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_ssize_t n = elements(&b.v[0]);
     if (n < 0 || n > INT_MAX) return cannot(&b);
     void *buf = b.v[0].buf;
+    Py_ssize_t len = b.v[0].len;
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
+    int on = algo_enter(ALGO_ALLREDUCE, len);
 #define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, C##_T))S.fn[F_ALLREDUCE])( \
     S.in_place, buf, (int)n, C(dt), C(op), C(comm))
     ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
+    algo_leave(ALGO_ALLREDUCE, on);
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
 }
@@ -84,11 +179,14 @@ static PyObject *bcast(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     Py_ssize_t n = elements(&b.v[0]);
     if (n < 0 || n > INT_MAX) return cannot(&b);
     void *buf = b.v[0].buf;
+    Py_ssize_t len = b.v[0].len;
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
+    int on = algo_enter(ALGO_BCAST, len);
 #define CALL(C) ((int (*)(void *, int, C##_T, int, C##_T))S.fn[F_BCAST])(buf, (int)n, C(dt), root, C(comm))
     ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
+    algo_leave(ALGO_BCAST, on);
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
 }
@@ -456,6 +554,8 @@ static PyMethodDef methods[] = {
     LIST(gather_list), LIST(exchange), LIST(jagged), LIST(kjt_repeat),
     {"names", names, METH_NOARGS, NULL},
     {"scratch_held", cmpi_scratch_held, METH_NOARGS, NULL},
+    FAST(switch_algorithm), FAST(algorithm_enter), FAST(algorithm_leave),
+    {"algorithm_switches", algorithm_switches, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cmpi",

@@ -82,6 +82,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
+from . import algorithms
 
 __all__ = [
     "allgather",
@@ -165,6 +166,7 @@ def bind() -> None:
         return
     globals().update({name: getattr(_cmpi, name) for name in _NAMES})
     _why = ""
+    algorithms.install(_cmpi)  # MPICH's point-to-point algorithm for large allreduce/bcast
 
 
 def _lookup(scopes: tuple[Any, ...], name: str) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from ..core import chunks, cmpi, fast, validation
+from ..core import algorithms, chunks, cmpi, fast, validation
 from ..core import engine_gate as engine  # the gate: the engine itself loads past it, at first need
 from ..core.arrays import Array
 from ..core.buffers import (
@@ -164,9 +164,10 @@ def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async
         validation.check(g, "all_reduce", {"op": repr(op), "dtype": str(tensor.dtype), "count": tensor.size})
     buf, back = staged(tensor)
     premultiply(op, buf, out=buf)
-    msg = [buf, dt]
     post = _then(_post_average(op, buf, g.size()), back)
-    g.comm.Allreduce(_mpi.MPI.IN_PLACE, msg, mop)
+    if cmpi.allreduce(buf, dt, mop, g.comm) is NotImplemented:  # C where bound (core.algorithms)
+        with algorithms.large(algorithms.ALLREDUCE, buf.nbytes):
+            g.comm.Allreduce(_mpi.MPI.IN_PLACE, [buf, dt], mop)
     if post is not None:
         post()
     return completed([tensor]) if async_op else None
@@ -332,14 +333,18 @@ def broadcast(
     root = root_rank(g, src, group_src, fn, "src")
     if tensor.nbytes > _Chunks.least and chunks.step(tensor.nbytes, tensor.itemsize):
         chunks.split(g.comm, False)  # device ranks would pipeline it: tell them this rank does not
+    if validation._Flag.on:
+        validation.check(g, fn, {"dtype": str(tensor.dtype), "count": tensor.size, "src": root})
+    dt = _datatype_of(tensor.dtype)
+    if dt is not None and cmpi.bcast(tensor, dt, root, g.comm) is None:  # C where bound (core.algorithms)
+        return completed([tensor]) if async_op else None
     post = None
     if g.rank() == root:
         msg = message(tensor)
     else:
         msg, post = recv_message(tensor)
-    if validation._Flag.on:
-        validation.check(g, fn, {"dtype": str(tensor.dtype), "count": tensor.size, "src": root})
-    g.comm.Bcast(msg, root)
+    with algorithms.large(algorithms.BCAST, tensor.nbytes):
+        g.comm.Bcast(msg, root)
     if post is not None:
         post()
     return completed([tensor]) if async_op else None

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _mpi
-from ..core import chunks, validation
+from ..core import algorithms, chunks, validation
 from ..core.buffers import datatype
 from ..core.groups import ProcessGroup, resolve, root_rank
 from ..dense.alltoall import _counts, _row, _splits, _unsplit
@@ -128,7 +128,8 @@ def broadcast(
     def move(stream: Any) -> None:
         if large:
             chunks.split(comm, False)  # the question every rank of a large call answers: one call here
-        comm.Bcast([buf, dt], root)
+        with algorithms.large(algorithms.BCAST, int(tensor.nbytes)):  # as a host rank's C call
+            comm.Bcast([buf, dt], root)
         back(stream)
 
     return _serve("broadcast", g, async_op, move, tensor)
