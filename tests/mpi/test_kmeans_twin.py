@@ -77,7 +77,7 @@ def test_a_kmeans_equals_its_mpi4py_twin_and_mpicomm_asks_nothing_on_its_data_co
     monkeypatch.setattr(cmpi, "allreduce", recording)
     got = _ours(g)
     monkeypatch.undo()
-    # the large sums go through mpi4py's Allreduce; only the counts (K float64) through the C call
-    assert [s for s in seen if s[0]] == [(True, "float64", K)] * ITERS, seen
+    # on the data communicator: the program's own sums (K x D) and counts (K), nothing else
+    assert [s for s in seen if s[0]] == [(True, "float64", K * D), (True, "float64", K)] * ITERS, seen
     assert got.tobytes() == want.tobytes(), np.abs(got - want).max()
     mpicomm.destroy_process_group(g)

@@ -122,3 +122,42 @@ def test_the_switch_stays_off_where_it_should(tmp_path: Path, env: dict[str, str
     status, out, _ = run_job(tmp_path, LEFT_ALONE, 2, env, timeout=120)
     assert status == 0, out
     assert _ran(out, "LEFT ALONE", 2), out
+
+
+KMEANS = """
+    import sys
+
+    import numpy as np
+    import mpicomm
+
+    mpicomm.init()
+    from mpi4py import MPI
+
+    sys.path.insert(0, {mpi_tests!r})
+    import test_kmeans_twin as t
+
+    if {twin!r}:  # raw mpi4py, at mpi4py's own default level (run with MPI4PY_RC_THREAD_LEVEL=multiple)
+        got = t._twin(MPI.COMM_WORLD.Dup())
+    else:  # mpicomm at its default level (serialized), the large sums switched to point-to-point
+        got = t._ours(mpicomm.new_group(list(range(mpicomm.get_world_size()))))
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        np.save({out!r}, got)
+    print("KMEANS", MPI.Query_thread(), flush=True)
+"""
+
+
+def test_kmeans_at_serialized_equals_its_mpi4py_twin_at_mpi4py_default_level(tmp_path: Path) -> None:
+    """The twin of tests/mpi/test_kmeans_twin.py at 4 ranks across levels: MPICH's point-to-point
+    algorithm at ``serialized`` is the one a plain mpi4py program gets at ``multiple``."""
+    import numpy as np
+
+    mpi_tests = str(Path(__file__).resolve().parent.parent / "mpi")
+    results = {}
+    for twin, env in ((True, {"MPI4PY_RC_THREAD_LEVEL": "multiple"}), (False, {})):
+        out = str(tmp_path / f"centers_{twin}.npy")
+        body = KMEANS.format(mpi_tests=mpi_tests, twin=twin, out=out)
+        status, text, _ = run_job(tmp_path, body, 4, env, timeout=180)
+        assert status == 0, text
+        assert text.count(f"KMEANS {3 if twin else 2}") == 4, text  # multiple (3), serialized (2)
+        results[twin] = np.load(out)
+    assert results[True].tobytes() == results[False].tobytes(), np.abs(results[True] - results[False]).max()
