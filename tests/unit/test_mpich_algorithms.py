@@ -74,7 +74,7 @@ SWITCHED = (
     assert np.array_equal(x, g.sum(0))
     assert algorithms.switches() == before and read_cvar(AR) == 1
     assert write_cvar(AR, 2)
-    print("SWITCHED OK", rank, flush=True)
+    print(f"SWITCHED OK {rank}", flush=True)
 """
 )
 
@@ -90,7 +90,7 @@ LEFT_ALONE = (
     mpicomm.broadcast(y, 0)
     assert np.array_equal(y, g[0])
     assert algorithms.switches() == (0, 0), algorithms.switches()
-    print("LEFT ALONE OK", rank, flush=True)
+    print(f"LEFT ALONE OK {rank}", flush=True)
 """
 )
 
@@ -142,7 +142,7 @@ KMEANS = """
         got = t._ours(mpicomm.new_group(list(range(mpicomm.get_world_size()))))
     if MPI.COMM_WORLD.Get_rank() == 0:
         np.save({out!r}, got)
-    print("KMEANS", MPI.Query_thread(), flush=True)
+    print(f"KMEANS {{MPI.Query_thread()}}", flush=True)
 """
 
 
