@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__, _mpi
-from ..core import buffers, cmpi
+from ..core import algorithms, buffers, cmpi
 from ..core.groups import get_rank, get_world_size, init
 from ..errors import MpicommError
 from ..gpu import cuda_aware, staging
@@ -79,6 +79,13 @@ def _mpi_lines() -> list[tuple[str, str]]:
             f"{_mpi.THREAD_ENV} picks another",
         ),
         ("C calls", "in use (mpicomm.core.cmpi)" if cmpi.bound() is None else f"off: {cmpi.bound()}"),
+        (
+            "MPICH p2p switch",
+            "allreduce/bcast from "
+            f"{algorithms.threshold()} B (mpicomm.core.algorithms; MPICOMM_MPICH_P2P_FROM)"
+            if algorithms.installed()
+            else "off (not MPICH, multiple, MPICOMM_MPICH_P2P_FROM=0, or set by you)",
+        ),
     ]
 
 

@@ -32,7 +32,17 @@ from typing import Any
 
 from .. import _mpi
 
-__all__ = ["ALLREDUCE", "BCAST", "FROM", "VARIABLES", "installed", "install", "large", "switches"]
+__all__ = [
+    "ALLREDUCE",
+    "BCAST",
+    "FROM",
+    "VARIABLES",
+    "install",
+    "installed",
+    "large",
+    "switches",
+    "threshold",
+]
 
 #: The smallest message (bytes) sent with the point-to-point algorithm; ``MPICOMM_MPICH_P2P_FROM``.
 FROM = 64 * 1024
@@ -49,7 +59,14 @@ class _State:
     module: Any = None
 
 
-def _threshold() -> int:
+def threshold() -> int:
+    """The smallest message switched, in bytes (``MPICOMM_MPICH_P2P_FROM``, :data:`FROM` unset; 0: off).
+
+    Example:
+        >>> from mpicomm.core import algorithms
+        >>> algorithms.threshold() >= 0
+        True
+    """
     raw = os.environ.get("MPICOMM_MPICH_P2P_FROM", "").strip()
     if not raw:
         return FROM
@@ -81,7 +98,7 @@ def install(module: Any) -> tuple[str, ...]:
         True
     """
     MPI = _mpi.MPI
-    start = _threshold()
+    start = threshold()
     if MPI is None or start == 0 or "MPICH" not in MPI.Get_library_version():
         return ()
     if MPI.Query_thread() >= MPI.THREAD_MULTIPLE:  # MPICH uses no release_gather there
