@@ -51,7 +51,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from .. import _mpi
-from ..errors import CommunicationError, DistError
+from ..errors import DistError
 from . import groups, validation, watchdog
 from .control import bcast_text, decode
 
@@ -145,9 +145,10 @@ def settle(token: tuple[Any, ...], k: Any, raised: type[BaseException] | None = 
 
     Called as the call ends, while it still holds ``k``, where :data:`_RACED` is not empty (the C
     door too). In validation mode every rank of the group agrees whether it is raced on any rank
-    (:func:`_agree`), unless the call ended in a :class:`~mpicomm.CommunicationError` (a timeout
-    or an MPI error: the other ranks may be elsewhere, and waiting for them would turn a bounded
-    call into the watchdog's abort).
+    (:func:`_agree`), unless the call ended in an error: the other ranks may be elsewhere (a
+    timeout, an MPI error, a peer that sent what no mpicomm call sends), and waiting for them would
+    turn a bounded call into the watchdog's abort; an error validation mode raises is raised on
+    every rank, so every rank skips alike.
 
     Args:
         token: The call's hold token.
@@ -160,7 +161,7 @@ def settle(token: tuple[Any, ...], k: Any, raised: type[BaseException] | None = 
     if (
         _VALIDATING in _RACED
         and getattr(k, "internal", None) is not None  # a member: the call was made on every rank
-        and not (raised is not None and issubclass(raised, CommunicationError))
+        and raised is None
     ):
         # only what every rank agreed decides, never this rank's own table: a thread that marks it
         # after the agreement read it is this rank's next call's to report
