@@ -29,9 +29,9 @@ The gate itself (``gate``, ``Spec``, ``precheck``, the inline gates' ``wanted`` 
 this module, its queue and its lane load at the first call past the gate's fast path (the first
 ``async_op=True`` call), so a program that only blocks never loads them (issue 44).
 
-A queued call's arguments are checked on the caller's thread before it is queued (:func:`precheck`);
-a call that fails on the engine fails its Work and every later call of the rank
-(:mod:`mpicomm.core.engine_work`).
+A queued call's arguments are checked on the caller's thread before it is queued
+(:func:`mpicomm.core.engine_gate.precheck`); a call that fails on the engine fails its Work and
+every later call of the rank (:mod:`mpicomm.core.engine_work`).
 """
 
 from __future__ import annotations

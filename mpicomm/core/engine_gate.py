@@ -3,7 +3,7 @@
 The data paths and the front door ask one question on every call: is a call queued for mpicomm's
 communication thread (:mod:`mpicomm.core.engine`)? The answer is the count
 ``mpicomm.core.watchdog._Threads.pending``, kept in the watchdog's thread state, which every call
-already reads. So this module holds the gate (:func:`gate`, :class:`Spec`, the arguments' check
+already reads. So this module holds the gate (``gate``, :class:`Spec`, the arguments' check
 :func:`precheck`) and hands everything past the fast path to the engine, importing it there: a
 program that never asks for ``async_op=True`` never loads the engine, its queue or its lane (about
 a third of a numpy program's first call, issue 44). While nothing is queued the engine need not be
@@ -99,7 +99,7 @@ class Spec:
 
 
 def through(spec: Spec, args: tuple[Any, ...], kw: dict[str, Any], async_op: Any) -> Any:
-    """The gate's slow path (:func:`mpicomm.core.engine.through`): queued, or on its own lane."""
+    """The gate's slow path (``mpicomm.core.engine.through``): queued, or on its own lane."""
     return _engine().through(spec, args, kw, async_op)
 
 
