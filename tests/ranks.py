@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import pytest
 
 import mpicomm
 
@@ -44,3 +46,19 @@ def in_threads(*targets: Callable[[], None], names: tuple[str, ...] = (), timeou
         th.join(timeout=timeout)
     assert not errors, errors
     assert not any(th.is_alive() for th in threads), "a thread hung"
+
+
+def full_numpy(value: float) -> Any:
+    """Three float64s of ``value``, numpy: the C door's case in the thread tests."""
+    return np.full(3, value)
+
+
+def full_torch(value: float) -> Any:
+    """Three float64s of ``value``, a torch CPU tensor: the Python wrapper's case (skips without torch)."""
+    torch = pytest.importorskip("torch")
+    return torch.full((3,), value, dtype=torch.float64)
+
+
+def as_numpy(x: Any) -> np.ndarray:
+    """A numpy view of what :func:`full_numpy` or :func:`full_torch` made."""
+    return np.asarray(x.numpy() if hasattr(x, "numpy") else x)

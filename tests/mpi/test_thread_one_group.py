@@ -24,6 +24,9 @@ from typing import Any
 import numpy as np
 import pytest
 from mpi4py import MPI
+from ranks import as_numpy as _values
+from ranks import full_numpy as _numpy
+from ranks import full_torch as _torch
 from ranks import in_threads
 
 import mpicomm
@@ -39,19 +42,6 @@ pytestmark = [
 ]
 
 ROUNDS = 150
-
-
-def _numpy(value: float) -> Any:
-    return np.full(3, value)
-
-
-def _torch(value: float) -> Any:  # a torch CPU tensor: the Python wrapper of _doors.py, not the C door
-    torch = pytest.importorskip("torch")
-    return torch.full((3,), value, dtype=torch.float64)
-
-
-def _values(x: Any) -> np.ndarray:
-    return np.asarray(x.numpy() if hasattr(x, "numpy") else x)
 
 
 def _hammer(

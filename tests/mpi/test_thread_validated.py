@@ -22,6 +22,9 @@ from typing import Any
 import numpy as np
 import pytest
 from mpi4py import MPI
+from ranks import as_numpy as _values
+from ranks import full_numpy as _numpy
+from ranks import full_torch as _torch
 from ranks import in_threads
 
 import mpicomm
@@ -42,19 +45,6 @@ def validated(world: mpicomm.ProcessGroup) -> Iterator[None]:
     mpicomm.set_validation(True)
     yield
     mpicomm.set_validation(saved)
-
-
-def _numpy(value: float) -> Any:
-    return np.full(3, value)
-
-
-def _torch(value: float) -> Any:  # a torch CPU tensor: the Python wrapper of _doors.py, not the C door
-    torch = pytest.importorskip("torch")
-    return torch.full((3,), value, dtype=torch.float64)
-
-
-def _values(x: Any) -> np.ndarray:
-    return np.asarray(x.numpy() if hasattr(x, "numpy") else x)
 
 
 def _same_everywhere(texts: list[str]) -> None:
