@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import _mpi
+from ..sizes import parse_size
 
 __all__ = [
     "ALLREDUCE",
@@ -62,21 +63,19 @@ class _State:
 def threshold() -> int:
     """The smallest message switched, in bytes (``MPICOMM_MPICH_P2P_FROM``, :data:`FROM` unset; 0: off).
 
+    The variable is a byte count with an optional binary unit (``65536``, ``64K``), as
+    ``MPICOMM_STAGING_CHUNK`` is (:func:`mpicomm.sizes.parse_size`).
+
+    Raises:
+        ArgumentError: the variable is not a byte count.
+
     Example:
         >>> from mpicomm.core import algorithms
         >>> algorithms.threshold() >= 0
         True
     """
     raw = os.environ.get("MPICOMM_MPICH_P2P_FROM", "").strip()
-    if not raw:
-        return FROM
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"mpicomm: MPICOMM_MPICH_P2P_FROM must be bytes (0: off), got {raw!r}") from None
-    if value < 0:
-        raise ValueError(f"mpicomm: MPICOMM_MPICH_P2P_FROM must be >= 0, got {value}")
-    return value
+    return parse_size(raw, "init", "environment variable MPICOMM_MPICH_P2P_FROM") if raw else FROM
 
 
 def _user_set(variable: str) -> bool:

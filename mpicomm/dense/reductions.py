@@ -163,10 +163,15 @@ def _all_reduce_large(
         return _all_reduce_checked(tensor, op, g, async_op)
     if chunks.step(tensor.nbytes, tensor.itemsize):
         chunks.split(g.comm, False)  # device ranks would pipeline it: tell them this rank does not
-    if cmpi.allreduce(tensor, dt, mop, comm) is NotImplemented:  # C where bound (core.algorithms)
-        with algorithms.large(algorithms.ALLREDUCE, tensor.nbytes):
-            comm.Allreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)
+    _reduce_in_place(tensor, dt, mop, comm)
     return completed([tensor]) if async_op else None
+
+
+def _reduce_in_place(buf: np.ndarray, dt: Any, mop: Any, comm: Any) -> None:
+    """``MPI_Allreduce`` in place on a contiguous ``buf``: the C call, else mpi4py's, switched alike."""
+    if cmpi.allreduce(buf, dt, mop, comm) is NotImplemented:
+        with algorithms.large(algorithms.ALLREDUCE, buf.nbytes):
+            comm.Allreduce(_mpi.MPI.IN_PLACE, [buf, dt], mop)
 
 
 def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async_op: bool) -> Work | None:
@@ -186,9 +191,7 @@ def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async
     buf, back = staged(tensor)
     premultiply(op, buf, out=buf)
     post = _then(_post_average(op, buf, g.size()), back)
-    if cmpi.allreduce(buf, dt, mop, g.comm) is NotImplemented:  # C where bound (core.algorithms)
-        with algorithms.large(algorithms.ALLREDUCE, buf.nbytes):
-            g.comm.Allreduce(_mpi.MPI.IN_PLACE, [buf, dt], mop)
+    _reduce_in_place(buf, dt, mop, g.comm)
     if post is not None:
         post()
     return completed([tensor]) if async_op else None

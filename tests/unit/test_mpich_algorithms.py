@@ -161,3 +161,18 @@ def test_kmeans_at_serialized_equals_its_mpi4py_twin_at_mpi4py_default_level(tmp
         assert text.count(f"KMEANS {3 if twin else 2}") == 4, text  # multiple (3), serialized (2)
         results[twin] = np.load(out)
     assert results[True].tobytes() == results[False].tobytes(), np.abs(results[True] - results[False]).max()
+
+
+def test_the_threshold_reads_a_size_and_refuses_anything_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mpicomm.core import algorithms
+    from mpicomm.errors import ArgumentError
+
+    monkeypatch.delenv("MPICOMM_MPICH_P2P_FROM", raising=False)
+    assert algorithms.threshold() == algorithms.FROM
+    for text, want in (("0", 0), ("65536", 65536), ("64K", 65536), ("1MiB", 1 << 20)):
+        monkeypatch.setenv("MPICOMM_MPICH_P2P_FROM", text)
+        assert algorithms.threshold() == want
+    for bad in ("-1", "lots", "1.5"):
+        monkeypatch.setenv("MPICOMM_MPICH_P2P_FROM", bad)
+        with pytest.raises(ArgumentError, match="MPICOMM_MPICH_P2P_FROM"):
+            algorithms.threshold()
