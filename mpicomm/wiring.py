@@ -120,11 +120,6 @@ PLUGS: tuple[Plug, ...] = (
     ),
     Plug(
         "mpicomm.trace.wrap",
-        "mpicomm.core.engine.EngineWork.wait",
-        "only with MPICOMM_TRACE set: the engine's Work, whose wait is its own, as Work.wait above.",
-    ),
-    Plug(
-        "mpicomm.trace.wrap",
         "mpicomm.core.engine.EngineWork.is_completed",
         "only with MPICOMM_TRACE set: as Work.is_completed above, for the engine's Work.",
     ),

@@ -121,17 +121,9 @@ class EngineWork(Work):
 
     # -- torch's Work
 
-    def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
-        """Block until the call has run (and what it posted completed) and return True.
-
-        Raises:
-            CommunicationError: the call failed (its error), or ``timeout`` passed first.
-        """
-        if not self._done:
-            self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        return True
+    def _block(self, timeout: datetime.timedelta | float | None) -> None:
+        """:meth:`wait` until the call has run and what it posted completed (no drain: its queue)."""
+        self._wait(timeout)
 
     def _wait(self, timeout: datetime.timedelta | float | None = None) -> None:
         if not self._ran:

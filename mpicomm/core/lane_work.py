@@ -138,15 +138,13 @@ class LaneWork(Work):
         super().__init__([], keep=msg, result=msg.result, fn=fn)
         self._slot, self._msg = slot, msg
 
-    def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
-        """Block until the message has moved and return True (its error raised)."""
-        if not self._done:
-            # timed by the watchdog, but not after the queued calls (watchdog.timing would wait for them)
-            with watchdog._Timing((watchdog._count(), watchdog.WAIT, None, timeout)):
-                self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        return True
+    def _block(self, timeout: datetime.timedelta | float | None) -> None:
+        """:meth:`wait` until the message has moved.
+
+        Timed by the watchdog, but not after the queued calls (watchdog.timing would wait for them).
+        """
+        with watchdog._Timing((watchdog._count(), watchdog.WAIT, None, timeout)):
+            self._wait(timeout)
 
     def _wait(self, timeout: datetime.timedelta | float | None = None) -> None:
         seconds = None

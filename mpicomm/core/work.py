@@ -82,13 +82,20 @@ class Work:
                 (a RuntimeError, as torch's); the message names the call (``all_reduce: ...``).
         """
         if not self._done:
-            if watchdog._Threads.pending and timeout is not None:
-                watchdog._drain(timeout, self._name())  # calls queued before it run first, within timeout
-            with watchdog.timing(watchdog.WAIT, None, timeout):
-                self._wait(timeout)
+            self._block(timeout)
         if self._error is not None:
             raise self._error
         return True
+
+    def _block(self, timeout: datetime.timedelta | float | None) -> None:
+        """:meth:`wait` while the operation is pending: the calls queued before it first, timed.
+
+        The one piece a kind of Work changes (the engine's, a device job's, a lane message's).
+        """
+        if watchdog._Threads.pending and timeout is not None:
+            watchdog._drain(timeout, self._name())  # calls queued before it run first, within timeout
+        with watchdog.timing(watchdog.WAIT, None, timeout):
+            self._wait(timeout)
 
     def _wait(self, timeout: datetime.timedelta | float | None = None) -> None:
         """:meth:`wait`'s work, without the watchdog's token (for a call that has its own, with its group)."""

@@ -74,13 +74,9 @@ class DeviceWork(Work):
         super().__init__([], result=shown, fn=fn)
         self._inner = inner
 
-    def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
-        """Block until the results are in the device arrays and return True (``timeout`` as Work's)."""
-        if not self._done:
-            self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        return True
+    def _block(self, timeout: datetime.timedelta | float | None) -> None:
+        """:meth:`wait` until the results are in the device arrays (``timeout`` as Work's)."""
+        self._wait(timeout)
 
     def _wait(self, timeout: datetime.timedelta | float | None = None) -> None:
         self._inner._wait(timeout)  # raises only the timeout; the job's own error is kept on it

@@ -233,13 +233,13 @@ def _waits_all(rec: Recorder, wait_all: F) -> F:
 def _watch_works(rec: Recorder) -> None:
     """Make ``wait`` and ``is_completed`` record when an async call's Work is seen complete.
 
-    Both Work classes: mpicomm's own (point-to-point, MPICOMM_ENGINE=0) and the engine's, which
-    defines the two methods itself.
+    Every Work waits through ``Work.wait`` (each kind changes only its ``_block``); the engine's
+    defines its own ``is_completed``.
     """
     from ..core.engine import EngineWork
 
     Work.wait, Work.is_completed = _traced(rec, Work)  # type: ignore[method-assign]
-    EngineWork.wait, EngineWork.is_completed = _traced(rec, EngineWork)  # type: ignore[method-assign]
+    EngineWork.is_completed = _traced(rec, EngineWork)[1]  # type: ignore[method-assign]
 
 
 def _traced(rec: Recorder, cls: type[Work]) -> tuple[Any, Any]:
