@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__, _mpi
-from ..core import algorithms, buffers, cmpi
+from ..core import algorithms, buffers, cmpi, pieces
 from ..core.groups import get_rank, get_world_size, init
 from ..errors import MpicommError
 from ..gpu import cuda_aware, staging
@@ -85,6 +85,12 @@ def _mpi_lines() -> list[tuple[str, str]]:
             f"{algorithms.threshold()} B (mpicomm.core.algorithms; MPICOMM_MPICH_P2P_FROM)"
             if algorithms.installed()
             else "off (not MPICH, multiple, MPICOMM_MPICH_P2P_FROM=0, or set by you)",
+        ),
+        (
+            "all_reduce pieces",
+            f"over {pieces.piece_bytes()} B (mpicomm.core.pieces; MPICOMM_ALLREDUCE_PIECE)"
+            if pieces.piece_bytes()
+            else "off (MPICOMM_ALLREDUCE_PIECE=0)",
         ),
     ]
 

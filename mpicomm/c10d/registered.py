@@ -9,7 +9,8 @@ direct or staged GPU path. Collectives complete before they return and answer a 
 ``allreduce`` with ``asyncOp`` (DDP's buckets), which runs on mpicomm's communication thread and
 answers a :class:`~mpicomm.c10d.work.Running`, as does an ``all_gather_single`` with ``asyncOp``
 (FSDP2's prefetched unshards); an ``allreduce`` of a tensor over 24 MiB goes in
-equal pieces on every rank (:mod:`mpicomm.c10d.pieces`). Point-to-point transfers answer a
+equal pieces on every rank, as every mpicomm all_reduce does (:mod:`mpicomm.core.pieces`).
+Point-to-point transfers answer a
 :class:`~mpicomm.c10d.work.Pending`.
 
 Roots, peers and ranks are group ranks, as torch passes them. Timeouts: the group's (from
@@ -32,8 +33,7 @@ from ..dense.sync import barrier as _barrier
 from ..errors import ArgumentError
 from ..front import coalesced, collectives
 from ..trace.profiled import label_methods
-from . import options, pieces
-from .pieces import Piece
+from . import options
 from .work import Done, Pending, Running
 
 # the front door's all_reduce, bound once: a module attribute read less on the 8-byte path
@@ -181,7 +181,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
         attribute read is 0.1-0.5 us), SUM told by one comparison without reading the enum, no helper
         calls, and the group's reused Work for a blocking caller (docs/torch.rst, "Speed").
         """
-        if opts is None or len(tensors) != 1 or tensors[0].nbytes > Piece.bytes > 0:
+        if opts is None or len(tensors) != 1:
             return self._allreduce_other(tensors, opts)
         rop = opts.reduceOp
         if opts.asyncOp:  # DDP's buckets: on mpicomm's communication thread, overlapping backward
@@ -193,16 +193,9 @@ class MpicommProcessGroup(dist.ProcessGroup):
         return work
 
     def _allreduce_other(self, tensors: list[torch.Tensor], opts: Any) -> Done | Running:
-        """``allreduce`` without options (C++ callers' defaults: SUM), with a wrong list, or in pieces.
-
-        A tensor over ``Piece.bytes`` goes in pieces (:mod:`mpicomm.c10d.pieces`), on every rank
-        alike whatever its ``asyncOp``; an ``asyncOp`` caller's pieces run on the communication thread.
-        """
+        """``allreduce`` without options (C++ callers' defaults: SUM) or with a wrong list."""
         t = _single(tensors, "allreduce")
         op = ReduceOp.SUM if opts is None else _reduction(opts)
-        if t.nbytes > Piece.bytes > 0:
-            queued = pieces.all_reduce(t, op, self._g, opts is not None and bool(opts.asyncOp))
-            return Done(tensors) if queued is None else queued
         _all_reduce(t, op, self._g, False)
         return Done(tensors) if opts is None else self._work(opts, tensors)
 

@@ -117,7 +117,29 @@ static PyObject *algorithm_switches(PyObject *self, PyObject *unused) {
     return Py_BuildValue("(KK)", A.switched[ALGO_ALLREDUCE], A.switched[ALGO_BCAST]);
 }
 
-/* allreduce(buf, datatype, op, comm): MPI_Allreduce(MPI_IN_PLACE, buf, ...). */
+/* The largest allreduce message in bytes; a larger buffer goes in equal pieces, one call each
+ * (mpicomm.core.pieces: MPI reduces into a temporary as large as the message, and glibc maps one
+ * of 32 MiB or more afresh on every call). 0: one call. Set alike on every rank. */
+static Py_ssize_t piece_bytes;
+static unsigned long long pieces_made; /* MPI_Allreduce calls made by allreduce calls cut in pieces */
+
+/* set_piece(nbytes): the piece size of allreduce (see mpicomm.core.pieces). */
+static PyObject *set_piece(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi.set_piece: 1 argument");
+        return NULL;
+    }
+    Py_ssize_t v = PyLong_AsSsize_t(a[0]);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    piece_bytes = v > 0 ? v : 0; /* mpicomm.core.pieces passes a checked size */
+    Py_RETURN_NONE;
+}
+
+/* allreduce_pieces(): how many MPI_Allreduce calls allreduce made for buffers cut in pieces. */
+static PyObject *allreduce_pieces(PyObject *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(pieces_made); }
+
+/* allreduce(buf, datatype, op, comm): MPI_Allreduce(MPI_IN_PLACE, buf, ...), in pieces of at most
+ * piece_bytes (equal, as mpicomm.core.pieces.per_call cuts them for the mpi4py path). */
 static PyObject *allreduce(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     ARGS(4);
     Bufs b = {.n = 0};
@@ -126,16 +148,27 @@ static PyObject *allreduce(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         return cannot(&b);
     if (!get(&b, a[0], 1)) return cannot(&b);
     Py_ssize_t n = elements(&b.v[0]);
-    if (n < 0 || n > INT_MAX) return cannot(&b);
-    void *buf = b.v[0].buf;
-    Py_ssize_t len = b.v[0].len;
+    if (n < 0) return cannot(&b);
+    char *buf = b.v[0].buf;
+    Py_ssize_t len = b.v[0].len, per = n, width = n > 0 ? len / n : 0;
+    if (piece_bytes > 0 && len > piece_bytes) {
+        Py_ssize_t k = (len + piece_bytes - 1) / piece_bytes;
+        per = (n + k - 1) / k;
+    }
+    if (per > INT_MAX) return cannot(&b);
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
     int on = algo_enter(ALGO_ALLREDUCE, len);
+    Py_ssize_t off = 0;
+    do {  /* one call for an empty buffer too: every rank makes the same calls */
+        int count = (int)(n - off < per ? n - off : per);
 #define CALL(C) ((int (*)(const void *, void *, int, C##_T, C##_T, C##_T))S.fn[F_ALLREDUCE])( \
-    S.in_place, buf, (int)n, C(dt), C(op), C(comm))
-    ierr = S.int_handles ? CALL(HI) : CALL(HP);
+    S.in_place, buf + off * width, count, C(dt), C(op), C(comm))
+        ierr = S.int_handles ? CALL(HI) : CALL(HP);
 #undef CALL
+        off += count;
+        if (per < n) pieces_made++;
+    } while (ierr == 0 && off < n);
     algo_leave(ALGO_ALLREDUCE, on);
     Py_END_ALLOW_THREADS;
     return done(&b, ierr);
@@ -554,8 +587,9 @@ static PyMethodDef methods[] = {
     LIST(gather_list), LIST(exchange), LIST(jagged), LIST(kjt_repeat),
     {"names", names, METH_NOARGS, NULL},
     {"scratch_held", cmpi_scratch_held, METH_NOARGS, NULL},
-    FAST(switch_algorithm), FAST(algorithm_enter), FAST(algorithm_leave),
+    FAST(switch_algorithm), FAST(algorithm_enter), FAST(algorithm_leave), FAST(set_piece),
     {"algorithm_switches", algorithm_switches, METH_NOARGS, NULL},
+    {"allreduce_pieces", allreduce_pieces, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cmpi",

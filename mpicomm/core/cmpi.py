@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 
 from .. import _mpi
-from . import algorithms
+from . import algorithms, pieces
 
 __all__ = [
     "allgather",
@@ -151,6 +151,7 @@ def bind() -> None:
     global _why
     if allreduce is not _unbound:
         return
+    pieces.reload()  # the mpi4py path cuts alike (a bad value raises here, at start-up)
     if switched_off():
         _why = "switched off (MPICOMM_C=0)"
         return
@@ -167,6 +168,7 @@ def bind() -> None:
     globals().update({name: getattr(_cmpi, name) for name in _NAMES})
     _why = ""
     algorithms.install(_cmpi)  # MPICH's point-to-point algorithm for large allreduce/bcast
+    pieces.install(_cmpi)
 
 
 def _lookup(scopes: tuple[Any, ...], name: str) -> Any:

@@ -41,7 +41,7 @@ from ..core.statuses import waitall
 from ..core.watchdog import _Threads
 from ..core.work import Work, completed
 from ..errors import ArgumentError, ArgumentTypeError
-from . import small
+from . import in_place, small
 from .exchange import REDUCE_SCATTER, exchange, reduce_scatter_c
 from .gathers import _check_own_size
 from .half import reduce_wide
@@ -141,7 +141,7 @@ def all_reduce(
     if not tensor.flags.c_contiguous:
         return _all_reduce_checked(tensor, op, g, async_op)
     try:
-        comm.Allreduce(_mpi.MPI.IN_PLACE, [tensor, dt], mop)
+        in_place.allreduce_mpi4py(tensor, dt, mop, comm)
     except BufferError:  # a read-only array: the message that names the argument
         check_output(tensor, "all_reduce", "tensor")
         raise
@@ -163,15 +163,8 @@ def _all_reduce_large(
         return _all_reduce_checked(tensor, op, g, async_op)
     if chunks.step(tensor.nbytes, tensor.itemsize):
         chunks.split(g.comm, False)  # device ranks would pipeline it: tell them this rank does not
-    _reduce_in_place(tensor, dt, mop, comm)
+    in_place.allreduce(tensor, dt, mop, comm)
     return completed([tensor]) if async_op else None
-
-
-def _reduce_in_place(buf: np.ndarray, dt: Any, mop: Any, comm: Any) -> None:
-    """``MPI_Allreduce`` in place on a contiguous ``buf``: the C call, else mpi4py's, switched alike."""
-    if cmpi.allreduce(buf, dt, mop, comm) is NotImplemented:
-        with algorithms.large(algorithms.ALLREDUCE, buf.nbytes):
-            comm.Allreduce(_mpi.MPI.IN_PLACE, [buf, dt], mop)
 
 
 def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async_op: bool) -> Work | None:
@@ -191,7 +184,7 @@ def _all_reduce_checked(tensor: np.ndarray, op: ReduceOp, g: ProcessGroup, async
     buf, back = staged(tensor)
     premultiply(op, buf, out=buf)
     post = _then(_post_average(op, buf, g.size()), back)
-    _reduce_in_place(buf, dt, mop, g.comm)
+    in_place.allreduce(buf, dt, mop, g.comm)
     if post is not None:
         post()
     return completed([tensor]) if async_op else None

@@ -1,4 +1,4 @@
-"""The backend's large all_reduce in pieces (mpicomm.c10d.pieces): the result of one call, on every rank.
+"""The backend's large all_reduce in pieces (mpicomm.core.pieces): the result of one call, on every rank.
 
 The piece size is set to 64 bytes here, so that small tensors go in several pieces (the real size is
 24 MiB). Every rank builds the global input from a shared seed and checks its result against numpy;
@@ -18,9 +18,7 @@ from torch import nn
 
 import mpicomm
 import mpicomm.torch
-from mpicomm.c10d.pieces import Piece, Pieces
-from mpicomm.core.work import Work, completed
-from mpicomm.errors import CommunicationError
+from mpicomm.core import pieces
 
 pytestmark = pytest.mark.mpi
 
@@ -29,11 +27,11 @@ pytestmark = pytest.mark.mpi
 def gloo() -> Iterator[Any]:
     """torch's default group on mpicomm and a gloo group of the same ranks; pieces of 64 bytes."""
     w = mpicomm.init()
-    saved, size = w.timeout, Piece.bytes
+    saved = w.timeout
     dist.init_process_group("mpicomm")
-    Piece.bytes = 64
+    pieces.reload({pieces.PIECE_ENV_VAR: "64"})
     yield dist.new_group(backend="gloo")
-    Piece.bytes = size
+    pieces.reload()
     dist.destroy_process_group()
     w.timeout = saved
 
@@ -56,11 +54,13 @@ def test_pieces_give_the_whole_result_whatever_async_op_ranks_pass(gloo: Any, op
     r, w = dist.get_rank(), dist.get_world_size()
     g = _g(5, w, 50)  # 200 bytes: four pieces, of 13, 13, 13 and 11 elements
     t = torch.tensor(g[r])
+    made = pieces.made()
     work = dist.all_reduce(t, op=op, async_op=r % 2 == 1)  # ranks differ in async_op
     if work is not None:
-        assert isinstance(work, Pieces) and work.wait() and work.is_completed() and work.exception() is None
-        assert len(work._pieces) == 4  # equal pieces: no fifth call for a short tail
+        assert work.wait() and work.is_completed() and work.exception() is None
         assert work.get_future().wait()[0] is t
+    if pieces._State.module is not None:  # the C calls count their pieces
+        assert pieces.made() - made == 4  # equal pieces: no fifth call for a short tail
     np.testing.assert_allclose(t.numpy(), ref(g), rtol=1e-5, atol=1e-6)
 
 
@@ -109,15 +109,3 @@ def test_ddp_buckets_in_pieces_give_gloo_s_gradients(gloo: Any) -> None:
         if w <= 2:
             assert torch.equal(a, b)
         torch.testing.assert_close(a, b)
-
-
-def test_an_error_of_any_piece_is_the_work_s(gloo: Any) -> None:
-    failed = Work([], fn="all_reduce")
-    failed._done, failed._error = True, CommunicationError("all_reduce: a piece failed")
-    t = torch.ones(2)
-    work = Pieces([failed, completed()], [t], None)
-    assert work.exception() is failed._error
-    with pytest.raises(CommunicationError, match="a piece failed"):
-        work.wait()
-    with pytest.raises(Exception, match="a piece failed"):
-        work.get_future().wait()
