@@ -18,7 +18,8 @@ rounds that alternate the contenders, the median of per-call times (max over ran
   shape: each face copied out (``np.ascontiguousarray``), ``Sendrecv``, copied back into the ghost
   layer, the rows spanning the ghost columns (the corners). Two grids: the ranks in one row (the
   strided columns travel; the other axis is a fixed boundary) and in one column (the rows travel).
-* ``all_reduce`` of 4, 8 and 16 MiB against raw ``Allreduce(IN_PLACE)`` (issue 44, :func:`large_rows`).
+* ``all_reduce`` of 4, 8, 16 and 64 MiB against raw ``Allreduce(IN_PLACE)`` (issue 44, :func:`large_rows`;
+  64 MiB goes in pieces, :mod:`mpicomm.core.pieces`).
 
 Start-up: ``--launches`` runs each of ``mpiexec -n 2 python -c "import mpicomm; mpicomm.get_rank()"``
 and ``... "import numpy; from mpi4py import MPI; MPI.COMM_WORLD.Get_rank()"``, interleaved; medians.
@@ -194,14 +195,15 @@ def hand_halos(cart: Any, u: np.ndarray, shifts: tuple[tuple[int, int], tuple[in
             u[ghost] = got
 
 
-#: Issue 44's large all_reduce sizes: one chunk, two, four (``MPICOMM_STAGING_CHUNK``'s default 4 MiB).
-LARGE_SIZES = (4 << 20, 8 << 20, 16 << 20)
+#: Issue 44's large all_reduce sizes: one chunk, two, four (``MPICOMM_STAGING_CHUNK``'s default 4 MiB),
+#: and one of DDP's 64 MiB buckets (three pieces, :mod:`mpicomm.core.pieces`).
+LARGE_SIZES = (4 << 20, 8 << 20, 16 << 20, 64 << 20)
 
 
 def large_rows(
     mpicomm: Any, comm: Any, measure: Callable[[str, dict[str, Callable[[], float]]], None]
 ) -> None:
-    """``all_reduce`` of 4, 8 and 16 MiB of float64 in place: mpicomm against raw ``Allreduce(IN_PLACE)``.
+    """``all_reduce`` of 4-64 MiB of float64 in place: mpicomm against raw ``Allreduce(IN_PLACE)``.
 
     mpicomm's calls go on its world, the raw ones on the bench's own communicator: each sees only its
     own calls (the raw one also the bench's timing barriers, as mpicomm's world sees none of them).
