@@ -15,6 +15,7 @@ import pytest
 
 import mpicomm
 from mpicomm.core import cmpi, pieces
+from mpicomm.dense import reductions
 from mpicomm.errors import ArgumentError
 from tests.ranks import rank_size
 
@@ -87,3 +88,32 @@ def test_a_bad_piece_size_names_the_variable() -> None:
         pieces.reload({pieces.PIECE_ENV_VAR: "lots"})
     assert pieces.reload({pieces.PIECE_ENV_VAR: "0"}) == 0 and pieces.per_call(10**9, 4 * 10**9) == 10**9
     assert pieces.reload() == pieces.DEFAULT_PIECE_BYTES
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_a_large_reduce_scatter_tensor_goes_pairwise_with_one_call_s_result(
+    small_pieces: None, stacked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # past the piece size, reduce_scatter_tensor is the list form's pairwise exchange (MPI's own
+    # temporary would be mapped afresh each call); every rank decides on the input's size alike
+    r, w = rank_size()
+    calls: list[int] = []
+    pairwise = reductions._reduce_scatter_pairwise
+    monkeypatch.setattr(reductions, "_reduce_scatter_pairwise", lambda *a: calls.append(1) or pairwise(*a))
+    n = 37  # 296 bytes of float64 a rank's block: past 64 bytes whatever the group size
+    g = _inputs(11, w, w * n, "float64")
+    cases = (
+        (mpicomm.ReduceOp.SUM, g.sum(0)),
+        (mpicomm.ReduceOp.MAX, g.max(0)),
+        (mpicomm.ReduceOp.AVG, g.sum(0) / w),
+        (mpicomm.ReduceOp.PREMUL_SUM(0.5), (0.5 * g).sum(0)),
+    )
+    for op, ref in cases:
+        x = g[r].reshape(w, n) if stacked else g[r].copy()
+        out = np.full(n, -1.0)
+        work = mpicomm.reduce_scatter_tensor(out, x, op=op, async_op=r % 2 == 1)  # ranks differ in async_op
+        if work is not None:
+            work.wait()
+        np.testing.assert_allclose(out, ref[r * n : (r + 1) * n], rtol=1e-12)
+        np.testing.assert_array_equal(x.reshape(-1), g[r])  # the input is not modified
+    assert len(calls) == (len(cases) if w > 1 else 0)
