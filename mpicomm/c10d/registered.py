@@ -33,7 +33,7 @@ from ..dense.sync import barrier as _barrier
 from ..errors import ArgumentError
 from ..front import coalesced, collectives
 from ..trace.profiled import label_methods
-from . import options
+from . import huge, options
 from .work import Done, Pending, Running
 
 # the front door's all_reduce, bound once: a module attribute read less on the 8-byte path
@@ -185,6 +185,7 @@ class MpicommProcessGroup(dist.ProcessGroup):
             return self._allreduce_other(tensors, opts)
         rop = opts.reduceOp
         if opts.asyncOp:  # DDP's buckets: on mpicomm's communication thread, overlapping backward
+            huge.reused(tensors[0])  # the same buckets at every step: huge pages from the second
             queued = _all_reduce(tensors[0], _SUM_OP if rop == _SUM else _decoded(rop), self._g, True)
             return Running(completed() if queued is None else queued, tensors)
         _all_reduce(tensors[0], _SUM_OP if rop == _SUM else _decoded(rop), self._g, False)

@@ -109,3 +109,30 @@ def test_ddp_buckets_in_pieces_give_gloo_s_gradients(gloo: Any) -> None:
         if w <= 2:
             assert torch.equal(a, b)
         torch.testing.assert_close(a, b)
+
+
+def test_ddp_buckets_on_huge_pages_keep_gloo_s_gradients(gloo: Any) -> None:
+    # buckets of 4 MiB and more are the same tensors at every step: from the second, the backend
+    # backs them with huge pages (mpicomm.c10d.huge); the gradients stay gloo's
+    from mpicomm.c10d import huge
+
+    r, w = dist.get_rank(), dist.get_world_size()
+    x = torch.tensor(_g(9, w, 4 * 256)[r]).reshape(4, 256)
+    grads, before = [], huge.collapsed()
+    pieces.reload()  # whole 4 MiB buckets (this file's 64-byte pieces would make 65,536 calls of each)
+    for pg in (dist.group.WORLD, gloo):
+        torch.manual_seed(0)
+        net = nn.parallel.DistributedDataParallel(  # 256 x 4096 + 4096 x 256: two 4 MiB weights
+            nn.Sequential(nn.Linear(256, 4096), nn.ReLU(), nn.Linear(4096, 256)), process_group=pg
+        )
+        for _ in range(4):  # buckets rebuilt after the first step, reused from then on
+            net.zero_grad()
+            net(x).square().mean().backward()
+        grads.append([torch.clone(p.grad) for p in net.parameters() if p.grad is not None])
+    pieces.reload({pieces.PIECE_ENV_VAR: "64"})
+    if huge._State.on:
+        assert huge.collapsed() > before
+    for a, b in zip(*grads, strict=True):
+        if w <= 2:
+            assert torch.equal(a, b)
+        torch.testing.assert_close(a, b)
