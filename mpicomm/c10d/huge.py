@@ -7,9 +7,9 @@ and 16 MiB), all-reduced through the backend on 2 ranks, took 40 ms on 4 KiB pag
 the same tensors were backed by huge pages (the 2-core machine, one run, 29 Nov 2026).
 
 What: the second time the backend's ``allreduce`` with ``asyncOp`` (DDP's buckets, the same tensors
-at every step) sees a contiguous CPU tensor of at least :data:`SMALLEST` bytes at the same address
-and size, it asks the kernel to back the whole 2 MiB pages inside it with huge pages
-(``madvise(MADV_COLLAPSE)``, Linux 6.1 and later). The contents stay as they were; it costs about
+at every step) sees a contiguous CPU tensor of at least 4 MiB at the same address and size, it asks
+the kernel to back the whole 2 MiB pages inside it with huge pages (:func:`mpicomm.core.pages.collapse`,
+``madvise(MADV_COLLAPSE)``, Linux 6.1 and later). The contents stay as they were; it costs about
 1 ms per MiB once. A tensor all-reduced once (a fresh one each step) is never touched. Where the
 kernel refuses (an older kernel, transparent huge pages set to ``never``), nothing is asked again.
 ``MPICOMM_HUGE_PAGES=0`` turns it off.
@@ -17,35 +17,18 @@ kernel refuses (an older kernel, transparent huge pages set to ``never``), nothi
 
 from __future__ import annotations
 
-import ctypes
-import os
-import sys
 from typing import Any, ClassVar
 
-__all__ = ["SMALLEST", "collapsed", "reused"]
+from ..core import pages
 
-#: The smallest tensor given huge pages (two of them at least).
-SMALLEST = 4 << 20
-_PAGE = 2 << 20
-_MADV_COLLAPSE = 25
+__all__ = ["collapsed", "reused"]
+
 _LIMIT = 256  # tensors remembered; the table starts afresh past it
 
 
 class _State:
-    on = sys.platform == "linux" and os.environ.get("MPICOMM_HUGE_PAGES", "1").strip() != "0"
     seen: ClassVar[dict[tuple[int, int], bool]] = {}  # (address, bytes) -> collapsed
     done = 0
-    madvise: Any = None
-
-
-def _madvise() -> Any:
-    if _State.madvise is None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.madvise
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        fn.restype = ctypes.c_int
-        _State.madvise = fn
-    return _State.madvise
 
 
 def reused(t: Any) -> None:
@@ -59,7 +42,7 @@ def reused(t: Any) -> None:
         >>> huge.collapsed() >= 0
         True
     """
-    if not _State.on or t.nbytes < SMALLEST or not t.is_cpu or not t.is_contiguous():
+    if t.nbytes < pages.SMALLEST or not t.is_cpu or not t.is_contiguous():
         return
     key = (t.data_ptr(), t.nbytes)
     state = _State.seen.get(key)
@@ -67,21 +50,9 @@ def reused(t: Any) -> None:
         if len(_State.seen) >= _LIMIT:
             _State.seen.clear()
         _State.seen[key] = False
-        return
-    if state:
-        return
-    _State.seen[key] = True
-    start = (key[0] + _PAGE - 1) & ~(_PAGE - 1)
-    end = (key[0] + key[1]) & ~(_PAGE - 1)
-    if end > start:
-        try:
-            failed = _madvise()(start, end - start, _MADV_COLLAPSE) != 0
-        except (OSError, AttributeError):  # no libc madvise here
-            failed = True
-        if failed:
-            _State.on = False  # an older kernel or THP off: never asked again
-        else:
-            _State.done += 1
+    elif not state:
+        _State.seen[key] = True
+        _State.done += pages.collapse(*key)
 
 
 def collapsed() -> int:

@@ -34,7 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from ..core import pages
 from ..errors import ArgumentError, ArgumentTypeError
+
+_HUGE = pages.SMALLEST
 
 __all__ = [
     "CUDA",
@@ -282,7 +285,10 @@ def _address_view(t: Any, dtype: np.dtype[Any], keep: bool) -> np.ndarray:
             f"its storage holds {have} bytes, fewer than its shape {list(shape)} needs "
             "(was it freed with untyped_storage().resize_(0)?)"
         )
-    window = _Window.from_address(t.data_ptr())
+    address = t.data_ptr()
+    if extent >= _HUGE:  # 2 MiB pages at its first touch (an MPI copy's page faults: core.pages)
+        pages.hint(address, extent)
+    window = _Window.from_address(address)
     if keep:
         window.tensor = t
     strides = None if t.is_contiguous() else tuple(s * size for s in stride)
