@@ -37,15 +37,18 @@ def allreduce(buf: np.ndarray, dt: Any, mop: Any, comm: Any) -> None:
 def allreduce_mpi4py(buf: np.ndarray, dt: Any, mop: Any, comm: Any) -> None:
     """mpi4py's in-place ``Allreduce`` on a contiguous ``buf``, in the C call's pieces and algorithm.
 
-    Example:
+    Example (pieces of 16 bytes: three calls for five doubles, as the C call would make them):
         >>> import numpy as np, mpicomm
         >>> from mpi4py import MPI
-        >>> from mpicomm.dense import in_place
+        >>> from mpicomm.core import pieces
+        >>> from mpicomm.dense.in_place import allreduce_mpi4py
         >>> _ = mpicomm.init()
-        >>> x = np.ones(5)
-        >>> in_place.allreduce_mpi4py(x, MPI.DOUBLE, MPI.SUM, MPI.COMM_WORLD)
-        >>> bool((x == mpicomm.get_world_size()).all())
-        True
+        >>> pieces.reload({"MPICOMM_ALLREDUCE_PIECE": "16"}), pieces.per_call(5, 40)
+        (16, 2)
+        >>> x = np.arange(5.0)
+        >>> allreduce_mpi4py(x, MPI.DOUBLE, MPI.MAX, MPI.COMM_WORLD)
+        >>> x.tolist(), pieces.reload() == pieces.DEFAULT_PIECE_BYTES
+        ([0.0, 1.0, 2.0, 3.0, 4.0], True)
     """
     per = pieces.per_call(buf.size, buf.nbytes)
     flat = buf.reshape(-1)
