@@ -147,3 +147,18 @@ def validation_off(world: mpicomm.ProcessGroup) -> Iterator[None]:
     mpicomm.set_validation(False)
     yield
     mpicomm.set_validation(saved)
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "validated"])
+def validated(request: pytest.FixtureRequest, world: mpicomm.ProcessGroup) -> Iterator[bool]:
+    """One test with validation off, then on, whatever MPICOMM_VALIDATE says; then as it was.
+
+    For a mistake both modes catch with different words (validation names every rank's value), or
+    that validation mode takes another path for.
+    """
+    saved = mpicomm.is_validation_enabled()
+    mpicomm.set_validation(request.param)
+    try:
+        yield request.param
+    finally:
+        mpicomm.set_validation(saved)

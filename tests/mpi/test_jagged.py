@@ -241,21 +241,6 @@ def validating() -> Iterator[None]:
         mpicomm.set_validation(saved)  # as it was: under MPICOMM_VALIDATE=1 the rest runs validated too
 
 
-@pytest.fixture(params=[False, True], ids=["plain", "validated"])
-def validated(request: pytest.FixtureRequest) -> Iterator[bool]:
-    """Validation off, then on, whatever MPICOMM_VALIDATE says, for the mismatches both modes catch.
-
-    Off, the counts message's fingerprints (or the first call's agreement) catch them; on, the
-    validation exchange catches them first and names every rank's value.
-    """
-    saved = mpicomm.is_validation_enabled()
-    mpicomm.set_validation(request.param)
-    try:
-        yield request.param
-    finally:
-        mpicomm.set_validation(saved)
-
-
 #: What every validation mismatch message says after the function's name.
 FOUND = "validation found ranks that disagree: "
 
