@@ -32,6 +32,7 @@ from ..errors import (
     BackendArgumentError,
     CommunicationError,
     CrossRankMismatchError,
+    DtypeMismatchError,
     GroupError,
     MpicommError,
     ReductionTypeError,
@@ -91,6 +92,7 @@ KINDS: tuple[type[MpicommError] | None, ...] = (
     CommunicationError,
     MpicommError,
     BackendArgumentError,  # appended: the codes before it keep their meaning
+    DtypeMismatchError,  # a ValueError too, as torch's: the other ranks must not raise a TypeError only
 )
 
 
@@ -321,9 +323,10 @@ def _plain(value: object) -> object:
 
 
 def _kind(exc: Exception) -> int:
-    for i, cls in enumerate(KINDS):
-        if cls is not None and type(exc) is cls:
-            return i
+    """The code of the nearest class of ``exc`` in :data:`KINDS` (its own, else its closest base)."""
+    for cls in type(exc).__mro__:
+        if cls in KINDS:
+            return KINDS.index(cls)
     if isinstance(exc, TypeError):
         return KINDS.index(ArgumentTypeError)
     if isinstance(exc, ValueError):

@@ -224,7 +224,9 @@ class KJTAllToAll:
         if validation._Flag.on:
             agree = {"splits": self.splits, "stagger": self.stagger, "keys": kja.keys()}
             vbe, weighted = kja.variable_stride_per_key(), kja._weights is not None
-            validation.check(g, fn, {**agree, "dtypes": _dtypes(kja), "weighted": weighted, "vbe": vbe})
+            # weights and VBE before dtypes: a rank without weights is named as such, not by the
+            # weights' slot of the dtypes (the first field that differs is the one reported)
+            validation.check(g, fn, {**agree, "weighted": weighted, "vbe": vbe, "dtypes": _dtypes(kja)})
         lay = self._layout
         if len(kja._keys) != lay.nkeys:
             raise ArgumentError(

@@ -137,6 +137,21 @@ def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield from testing.staged_fake(fake, monkeypatch)
 
 
+#: Validation mode as the run asked for it (``MPICOMM_VALIDATE``, read as mpicomm reads it).
+VALIDATE = os.environ.get("MPICOMM_VALIDATE", "0") not in ("", "0")
+
+
+@pytest.fixture(autouse=True)
+def _validation_as_the_run_asked() -> None:
+    """Each test starts in the validation mode of the run, whatever an earlier test left behind.
+
+    Fixtures that turn validation on for their tests turn it off afterwards; without this, a run
+    with ``MPICOMM_VALIDATE=1`` went on unvalidated from the first such test.
+    """
+    if mpicomm.is_validation_enabled() != VALIDATE:
+        mpicomm.set_validation(VALIDATE)
+
+
 @pytest.fixture
 def validation_off(world: mpicomm.ProcessGroup) -> Iterator[None]:
     """Validation mode off for one test, then as it was: for tests of what reaches MPI unchecked.
@@ -147,3 +162,18 @@ def validation_off(world: mpicomm.ProcessGroup) -> Iterator[None]:
     mpicomm.set_validation(False)
     yield
     mpicomm.set_validation(saved)
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "validated"])
+def validated(request: pytest.FixtureRequest, world: mpicomm.ProcessGroup) -> Iterator[bool]:
+    """One test with validation off, then on, whatever MPICOMM_VALIDATE says; then as it was.
+
+    For a mistake both modes catch with different words (validation names every rank's value), or
+    that validation mode takes another path for.
+    """
+    saved = mpicomm.is_validation_enabled()
+    mpicomm.set_validation(request.param)
+    try:
+        yield request.param
+    finally:
+        mpicomm.set_validation(saved)

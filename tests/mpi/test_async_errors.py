@@ -146,6 +146,7 @@ def test_a_queued_point_to_point_calls_argument_error_raises_at_the_call(world, 
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.usefixtures("validation_off")  # validation mode: nothing queued
 def test_the_checks_run_on_the_callers_thread_before_the_call_is_queued(world, monkeypatch):
     import threading
 

@@ -18,6 +18,8 @@ import mpicomm
 from mpicomm.core import engine, lane, watchdog
 
 MULTIPLE = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+# validation mode runs an asynchronous call at the call, without the engine (docs/sharp-bits.rst)
+pytestmark = pytest.mark.usefixtures("validation_off")
 
 
 def _needs_p2p_beside_the_queue() -> None:

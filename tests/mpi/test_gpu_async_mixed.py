@@ -183,6 +183,7 @@ def test_the_reported_case_blocking_rank0_async_rank1_16k_device_all_reduce(cp: 
 
 @pytest.mark.parametrize("call", ["all_reduce", "broadcast", "reduce", "all_to_all_single"])
 @pytest.mark.parametrize("which", list(ASYNC))
+@pytest.mark.usefixtures("validation_off")  # validation mode: no async pipelining
 def test_async_device_calls_pipeline_like_blocking_ones(
     cp: Any, chunk4k: None, call: str, which: str
 ) -> None:

@@ -80,6 +80,8 @@ CALLS = {
 }
 
 _MULTIPLE = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+# validation mode takes neither path asynchronously nor the direct path (the last test but one checks)
+pytestmark = pytest.mark.usefixtures("validation_off")
 
 
 @pytest.fixture(params=["direct", "pipelined"])

@@ -22,6 +22,9 @@ from mpicomm.front import device as front
 from mpicomm.gpu import backend as gpu_backend
 from mpicomm.gpu import cuda_aware, staged
 
+# validation mode never takes the direct path (mpicomm/gpu/direct.py): these tests force it
+pytestmark = pytest.mark.usefixtures("validation_off")
+
 
 @pytest.fixture
 def cp(fake: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:

@@ -21,6 +21,9 @@ from fakecupy.testing import inputs, world
 import mpicomm
 from mpicomm.front import device as front
 
+# validation mode never takes the direct path (mpicomm/gpu/direct.py): these tests force it
+pytestmark = pytest.mark.usefixtures("validation_off")
+
 
 class SideStreamTensor:
     """Stands in for a torch CUDA tensor whose values a kernel on ``producer`` has yet to write.

@@ -7,12 +7,15 @@ tests/unit/test_jagged_reference.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from mpi4py import MPI
 from unit.test_jagged_reference import (
     SAME_ON_EVERY_RANK,
     check_output,
@@ -24,6 +27,7 @@ from unit.test_jagged_reference import (
 
 import mpicomm
 from mpicomm import jagged_all_to_all
+from mpicomm.core.control import allgather_texts
 from mpicomm.core.work import Work
 from mpicomm.errors import ArgumentError, ArgumentTypeError, CrossRankMismatchError
 from mpicomm.jagged import (
@@ -229,15 +233,30 @@ def test_jagged_all_to_all_moves_rows_like_the_reference(
 
 @pytest.fixture
 def validating() -> Iterator[None]:
+    saved = mpicomm.is_validation_enabled()
     mpicomm.set_validation(True)
     try:
         yield
     finally:
-        mpicomm.set_validation(False)
+        mpicomm.set_validation(saved)  # as it was: under MPICOMM_VALIDATE=1 the rest runs validated too
 
 
-def raises_on_every_rank(error: type[Exception], words: str) -> pytest.RaisesContext[Exception]:
-    return pytest.raises(error, match=words)
+#: What every validation mismatch message says after the function's name.
+FOUND = "validation found ranks that disagree: "
+
+
+def per_rank(world: mpicomm.ProcessGroup, value: Callable[[int], object]) -> str:
+    """What a validation message lists after ``... differs: ``: each rank's value, in rank order."""
+    return ", ".join(f"rank {r}: {value(r)}" for r in range(world.size()))
+
+
+def mismatch_on_every_rank(call: Callable[[], object], words: str, validated: bool) -> None:
+    """``call`` raises CrossRankMismatchError matching ``words``; validated, the same text on every rank."""
+    with pytest.raises(CrossRankMismatchError, match=words) as info:
+        call()
+    if validated:
+        texts = [t.decode() for _, t in allgather_texts(MPI.COMM_WORLD, 0, str(info.value).encode())]
+        assert all(t == texts[0] for t in texts), texts
 
 
 @pytest.mark.mpi(min_size=2)
@@ -283,16 +302,25 @@ def test_non_integer_lengths_are_refused(world: mpicomm.ProcessGroup) -> None:
 
 
 @pytest.mark.mpi(min_size=2)
-def test_splits_that_differ_between_ranks_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
+def test_splits_that_differ_between_ranks_fail_on_every_rank(
+    world: mpicomm.ProcessGroup, validated: bool
+) -> None:
     keys = [f"k{i}" for i in range(world.size())]
     mine = KeyedJaggedArray(keys, np.empty(0), lengths=np.zeros(world.size(), np.int64))
-    splits = [1] * world.size() if world.rank() else [2, 0] + [1] * (world.size() - 2)
-    with pytest.raises(CrossRankMismatchError, match="KJTAllToAll: ranks disagree about splits or stagger"):
-        KJTAllToAll(splits)(mine)
+
+    def splits(rank: int) -> list[int]:
+        return [1] * world.size() if rank else [2, 0] + [1] * (world.size() - 2)
+
+    words = "KJTAllToAll: ranks disagree about splits or stagger"
+    if validated:
+        words = f"KJTAllToAll: {FOUND}splits differs: " + per_rank(world, splits)
+    mismatch_on_every_rank(lambda: KJTAllToAll(splits(world.rank()))(mine), re.escape(words), validated)
 
 
 @pytest.mark.mpi(min_size=3)
-def test_two_agreed_exchanges_used_crosswise_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
+def test_two_agreed_exchanges_used_crosswise_fail_on_every_rank(
+    world: mpicomm.ProcessGroup, validated: bool
+) -> None:
     # each object passes its first-call agreement check; then rank 0 uses the other one
     keys = ["A", "B"]
     mine = KeyedJaggedArray(keys, np.zeros(2), lengths=np.ones(2, np.int64))
@@ -300,24 +328,48 @@ def test_two_agreed_exchanges_used_crosswise_fail_on_every_rank(world: mpicomm.P
     second = KJTAllToAll([1, 0, 1] + [0] * (world.size() - 3))
     assert first(mine).wait().values().tolist() == ([0.0] * world.size() if world.rank() < 2 else [])
     assert second(mine).wait().keys() == (["A"] if world.rank() == 0 else ["B"] if world.rank() == 2 else [])
-    with pytest.raises(CrossRankMismatchError, match="KJTAllToAll: ranks disagree about splits or stagger"):
-        (second if world.rank() == 0 else first)(mine)
+    words = "KJTAllToAll: ranks disagree about splits or stagger"
+    if validated:
+        used = per_rank(world, lambda r: (second if r == 0 else first).splits)
+        words = f"KJTAllToAll: {FOUND}splits differs: {used}"
+    crosswise = second if world.rank() == 0 else first
+    mismatch_on_every_rank(lambda: crosswise(mine), re.escape(words), validated)
     assert first(mine).wait().stride() == world.size()  # the group is still usable
 
 
 @pytest.mark.mpi(min_size=2)
-def test_dtypes_or_weights_that_differ_between_ranks_fail_on_every_rank(world: mpicomm.ProcessGroup) -> None:
-    dtype = np.float32 if world.rank() else np.float64
-    mine = KeyedJaggedArray(["A"], np.zeros(2, dtype), lengths=np.array([2]))
-    with pytest.raises(CrossRankMismatchError, match="ranks disagree about dtypes"):
-        KJTAllToAll([1] + [0] * (world.size() - 1))(mine)
+def test_dtypes_or_weights_that_differ_between_ranks_fail_on_every_rank(
+    world: mpicomm.ProcessGroup, validated: bool
+) -> None:
+    splits = [1] + [0] * (world.size() - 1)
+
+    def dtype(rank: int) -> type[np.floating[Any]]:
+        return np.float32 if rank else np.float64
+
+    mine = KeyedJaggedArray(["A"], np.zeros(2, dtype(world.rank())), lengths=np.array([2]))
+    words = "KJTAllToAll: ranks disagree about dtypes"
+    if validated:  # lengths, values, their trailing shape, the weights' (none here)
+        dtypes = per_rank(world, lambda r: ["int64", np.dtype(dtype(r)).str, [], None])
+        words = f"KJTAllToAll: {FOUND}dtypes differs: {dtypes}"
+    mismatch_on_every_rank(lambda: KJTAllToAll(splits)(mine), re.escape(words), validated)
+
     weights = np.ones(2) if world.rank() else None
     mine = KeyedJaggedArray(["A"], np.zeros(2), lengths=np.array([2]), weights=weights)
-    with pytest.raises(CrossRankMismatchError, match="ranks disagree about weights or VBE"):
-        KJTAllToAll([1] + [0] * (world.size() - 1))(mine)
-    values = np.zeros(2, np.int32 if world.rank() else np.int64)
-    with pytest.raises(CrossRankMismatchError, match="jagged_all_to_all: ranks disagree about dtypes"):
-        jagged_all_to_all(values, np.array([2]), [1] + [0] * (world.size() - 1))
+    words = "KJTAllToAll: ranks disagree about weights or VBE"
+    if validated:
+        words = f"KJTAllToAll: {FOUND}weighted differs: " + per_rank(world, lambda r: r > 0)
+    mismatch_on_every_rank(lambda: KJTAllToAll(splits)(mine), re.escape(words), validated)
+
+    def int_dtype(rank: int) -> type[np.signedinteger[Any]]:
+        return np.int32 if rank else np.int64
+
+    values = np.zeros(2, int_dtype(world.rank()))
+    words = "jagged_all_to_all: ranks disagree about dtypes"
+    if validated:
+        dtypes = per_rank(world, lambda r: ["int64", np.dtype(int_dtype(r)).str, []])
+        words = f"jagged_all_to_all: {FOUND}lengths dtype, values dtype, value shape differs: {dtypes}"
+    lengths = np.array([2], np.int64)
+    mismatch_on_every_rank(lambda: jagged_all_to_all(values, lengths, splits), re.escape(words), validated)
 
 
 @pytest.mark.mpi(min_size=2)

@@ -330,7 +330,9 @@ def test_jagged_all_to_all_on_device_matches_the_reference(
     np.testing.assert_array_equal(got.lengths.get(), want_l)
     np.testing.assert_array_equal(got.values.get(), want_v)
     assert got.lengths.dtype == np.int32 and got.splits == [splits[s][r] for s in range(world.size())]
-    assert dict(front.PATHS) == {("jagged_all_to_all", path): 1}
+    # validation mode never takes the direct path: its device calls run the host path's exchange, staged
+    taken = "staged" if mpicomm.is_validation_enabled() else path
+    assert dict(front.PATHS) == {("jagged_all_to_all", taken): 1}
 
 
 def test_jagged_all_to_all_async_on_device_is_staged(cp: Any, path: str, world: mpicomm.ProcessGroup) -> None:
@@ -356,17 +358,23 @@ def test_jagged_all_to_all_of_a_foreign_device_array(cp: Any, path: str, world: 
 
 @pytest.mark.mpi(min_size=2)
 def test_jagged_all_to_all_direct_and_host_ranks_fail_alike(
-    cp: Any, monkeypatch: pytest.MonkeyPatch, world: mpicomm.ProcessGroup
+    cp: Any, monkeypatch: pytest.MonkeyPatch, world: mpicomm.ProcessGroup, validated: bool
 ) -> None:
     monkeypatch.setenv("MPICOMM_CUDA_AWARE", "1")
     cuda_aware.reset_cuda_awareness()
     lengths, values, splits = rows_everywhere(world, 1)
     r = world.rank()
     lens, vals = (lengths[r], values[r]) if r == 0 else (cp.asarray(lengths[r]), cp.asarray(values[r]))
-    with pytest.raises(
-        CrossRankMismatchError, match=r"jagged_all_to_all: ranks disagree about .* the device path"
-    ):
-        mpicomm.jagged_all_to_all(vals, lens, splits[r])
+    if validated:  # the device ranks go staged (never direct in validation mode): they meet the host rank
+        got = mpicomm.jagged_all_to_all(vals, lens, splits[r])
+        want_l, want_v = received_rows(r, lengths, values, splits)
+        np.testing.assert_array_equal(got.lengths if r == 0 else got.lengths.get(), want_l)
+        np.testing.assert_array_equal(got.values if r == 0 else got.values.get(), want_v)
+    else:
+        with pytest.raises(
+            CrossRankMismatchError, match=r"jagged_all_to_all: ranks disagree about .* the device path"
+        ):
+            mpicomm.jagged_all_to_all(vals, lens, splits[r])
     cuda_aware.reset_cuda_awareness()
 
 

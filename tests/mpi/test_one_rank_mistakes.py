@@ -25,7 +25,7 @@ from mpicomm import (
     ReduceOp,
     jagged_all_to_all,
 )
-from mpicomm.errors import ReductionTypeError
+from mpicomm.errors import DtypeMismatchError, ReductionTypeError
 from mpicomm.jagged import KeyedJaggedArray, KJTAllToAll
 
 
@@ -83,6 +83,12 @@ def _broadcast_bad_src(w: int) -> Callable[[], Any]:
 def _all_gather_short_list(w: int) -> Callable[[], Any]:
     outs = [np.empty(2) for _ in range(_bad_on_zero(w, w + 1))]
     return lambda: mpicomm.all_gather(outs, np.ones(2))
+
+
+def _coalesced_mixed_dtypes(w: int) -> Callable[[], Any]:
+    # a DtypeMismatchError is a ValueError too (torch's type): every rank must raise that class
+    arrays = [np.ones(2), np.ones(2, _bad_on_zero(np.float64, np.float32))]
+    return lambda: mpicomm.all_reduce_coalesced(arrays)
 
 
 def _scatter_short_list(w: int) -> Callable[[], Any]:
@@ -145,6 +151,7 @@ MISTAKES: dict[str, tuple[Callable[[int], Callable[[], Any]], type[BaseException
     "broadcast bad src": (_broadcast_bad_src, ArgumentError, ("broadcast", "src")),
     "all_gather list length": (_all_gather_short_list, ArgumentError, ("all_gather",)),
     "scatter list length": (_scatter_short_list, ArgumentError, ("scatter",)),
+    "all_reduce_coalesced mixed dtypes": (_coalesced_mixed_dtypes, DtypeMismatchError, ("tensors[1]",)),
     "reduce_scatter_tensor output": (_rst_wrong_output, ArgumentError, ("reduce_scatter_tensor",)),
     "barrier async_op='no'": (_barrier_string_flag, ArgumentTypeError, ("barrier", "async_op", "'no'")),
     "all_to_all list length": (_all_to_all_short_list, ArgumentError, ("all_to_all",)),

@@ -147,6 +147,7 @@ def test_torch_tensors_on_the_line(world, rng):
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.usefixtures("validation_off")  # validation mode: no C call
 def test_the_contiguous_call_takes_the_c_path(world, monkeypatch):
     """The numpy call with world peers and tags reaches cmpi.sendrecv (where the C module is bound)."""
     if cmpi.bound() is not None:

@@ -38,6 +38,7 @@ def test_work_wait_timeout_raises_naming_irecv_and_a_later_wait_completes(world,
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.usefixtures("validation_off")  # validation mode: no queued call to time
 def test_work_wait_timeout_as_timedelta_on_a_collective_names_it(world):
     import datetime
 

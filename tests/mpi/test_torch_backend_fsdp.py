@@ -112,6 +112,7 @@ def test_fsdp2_explicit_prefetch_matches_gloo(
             assert not posted and all(isinstance(w, Done) for _, w in spy.calls), spy.calls
 
 
+@pytest.mark.usefixtures("validation_off")  # validation mode: no overlap
 def test_fsdp2_prefetched_all_gather_is_in_flight_during_the_previous_forward(
     both: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
