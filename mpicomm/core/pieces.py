@@ -50,6 +50,7 @@ DEFAULT_PIECE_BYTES = 24 << 20
 
 class _State:
     bytes = DEFAULT_PIECE_BYTES
+    reduce = DEFAULT_PIECE_BYTES // 3  # the largest reduce a call (a third); the C reduce serves no more
     module: Any = None
 
 
@@ -64,11 +65,12 @@ def piece_bytes() -> int:
     return _State.bytes
 
 
-def per_call(count: int, nbytes: int) -> int:
-    """Elements per ``MPI_Allreduce`` for a buffer of ``count`` elements and ``nbytes`` bytes.
+def per_call(count: int, nbytes: int, size: int | None = None) -> int:
+    """Elements per MPI call for a buffer of ``count`` elements and ``nbytes`` bytes.
 
-    Equal pieces of at most :func:`piece_bytes` bytes (a 64 MiB buffer and a few bytes more is three
-    calls, not a fourth of a few bytes); ``count`` itself when one call takes it all.
+    Equal pieces of at most ``size`` bytes (:func:`piece_bytes` by default; a 64 MiB buffer and a
+    few bytes more is three calls, not a fourth of a few bytes); ``count`` itself when one call takes
+    it all or the size is 0.
 
     Example:
         >>> from mpicomm.core.pieces import per_call
@@ -77,7 +79,7 @@ def per_call(count: int, nbytes: int) -> int:
         >>> per_call(10, 40)
         10
     """
-    size = _State.bytes
+    size = _State.bytes if size is None else size
     if size <= 0 or nbytes <= size or count <= 0:
         return count
     calls = -(-nbytes // size)
@@ -105,6 +107,7 @@ def reload(env: dict[str, str] | None = None) -> int:
     _State.bytes = (
         parse_size(raw, "init", f"environment variable {PIECE_ENV_VAR}") if raw else DEFAULT_PIECE_BYTES
     )
+    _State.reduce = _State.bytes // 3 if _State.bytes else 1 << 62
     if _State.module is not None:
         _State.module.set_piece(_State.bytes)
     return _State.bytes

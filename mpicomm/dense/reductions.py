@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import _mpi
 from ..core import algorithms, chunks, cmpi, fast, pieces, validation
 from ..core import engine_gate as engine  # the gate: the engine itself loads past it, at first need
 from ..core.arrays import Array
@@ -36,6 +35,7 @@ from ..core.buffers import (
 )
 from ..core.chunks import Setting as _Chunks
 from ..core.groups import ProcessGroup, _State, resolve, root_rank, warn_non_member
+from ..core.pieces import _State as _Pieces
 from ..core.reduce_op import ReduceOp, average, is_half, premultiply
 from ..core.statuses import waitall
 from ..core.watchdog import _Threads
@@ -255,6 +255,7 @@ def reduce(
             and op._plain
             and root >= 0
             and tensor.nbytes <= _Chunks.least
+            and tensor.nbytes <= _Pieces.reduce  # the general path cuts larger ones (dense.in_place)
             and cmpi.reduce(tensor, pair[0], pair[1], root, w[1]) is None
         ):
             return None if async_op is False else completed([tensor])
@@ -276,19 +277,16 @@ def reduce(
         validation.check(
             g, fn, {"op": repr(op), "dtype": str(tensor.dtype), "count": tensor.size, "dst": root}
         )
-    MPI = _mpi.MPI
     dt = datatype(tensor.dtype)
     post = None
     if g.rank() == root:
-        sendbuf: Any = MPI.IN_PLACE
         buf, back = staged(tensor)
         if op.factor is not None:
             premultiply(op, buf, out=buf)
-        recvbuf: Any = [buf, dt]
+        in_place.reduce(buf, True, dt, mop, root, g.comm)
         post = _then(_post_average(op, buf, g.size()), back)
     else:
-        sendbuf, recvbuf = [send_view(premultiply(op, tensor)), dt], None
-    g.comm.Reduce(sendbuf, recvbuf, mop, root)
+        in_place.reduce(send_view(premultiply(op, tensor)), False, dt, mop, root, g.comm)
     if post is not None:
         post()
     return completed([tensor]) if async_op else None

@@ -117,3 +117,23 @@ def test_a_large_reduce_scatter_tensor_goes_pairwise_with_one_call_s_result(
         np.testing.assert_allclose(out, ref[r * n : (r + 1) * n], rtol=1e-12)
         np.testing.assert_array_equal(x.reshape(-1), g[r])  # the input is not modified
     assert len(calls) == (len(cases) if w > 1 else 0)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 50, 1001])
+def test_a_large_reduce_goes_in_pieces_of_a_third(
+    small_pieces: None, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pieces of 21 bytes (a third of 64) for reduce: int64 sums and maxima, every root
+    r, w = rank_size()
+    asked: list[tuple[int, int]] = []
+    real = pieces.per_call
+    monkeypatch.setattr(pieces, "per_call", lambda c, b, s=None: asked.append((b, s or 0)) or real(c, b, s))
+    g = _inputs(20 + n, w, n, "int64")
+    for root in range(w):
+        for op, ref in ((mpicomm.ReduceOp.SUM, g.sum(0)), (mpicomm.ReduceOp.MAX, g.max(0, initial=0))):
+            x = g[r].copy()
+            mpicomm.reduce(x, dst=root, op=op)
+            np.testing.assert_array_equal(x, ref[:n] if r == root else g[r])
+    # the general path cut every call past 21 bytes with a third of the piece; the C call took the rest
+    assert set(asked) == ({(8 * n, 21)} if 8 * n > 21 else set())
+    assert real(50, 400, 21) == 3  # 50 int64 in 21-byte pieces: 17 calls of 3 elements and one of 2
