@@ -14,8 +14,10 @@
  *      call on the group marks it raced and waits (busy.race), and every call on a raced group
  *      raises as it returns (busy.settle, which in validation mode first agrees across the ranks);
  *   3. the watchdog's token (thread ident, site, group, None) is on the live list while the host
- *      implementation runs with the caller's own arguments;
- *   4. an Exception the host raises goes to `failed(exc, before, args, kwnames)`, a Python function
+ *      implementation runs with the caller's own arguments; where the call has a fast entry (a C
+ *      function that serves its common call whole: broadcast's, mpicomm/core/_cmpi_bcast.c), that
+ *      runs first, in the same place, and the host only where it answers NotImplemented;
+ *   4. an Exception the host (or the fast entry) raises goes to `failed(exc, before, args, kwnames)`, a Python function
  *      that returns what the Python wrapper raises (mpicomm.core.calls.failed: after the validation
  *      exchange where one is due): exc itself, or a CommunicationError raised here with exc as its
  *      context.
