@@ -18,11 +18,14 @@ setup(
                 "mpicomm/core/_cmpi_lists.c",
                 "mpicomm/core/_cmpi_pack.c",
                 "mpicomm/core/_cmpi_jagged.c",
+                "mpicomm/core/_cmpi_bcast.c",
             ],
-            depends=["mpicomm/core/_cmpi.h"],
+            depends=["mpicomm/core/_cmpi.h", "mpicomm/core/_slots.h"],
             optional=True,
         ),
-        Extension("mpicomm.front._door", ["mpicomm/front/_door.c"], optional=True),
+        Extension(
+            "mpicomm.front._door", ["mpicomm/front/_door.c"], depends=["mpicomm/core/_slots.h"], optional=True
+        ),
         Extension("mpicomm.core._lane", ["mpicomm/core/_lane.c"], optional=True),
     ]
 )

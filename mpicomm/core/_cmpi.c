@@ -209,10 +209,15 @@ static PyObject *bcast(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     if (root == -1 && PyErr_Occurred()) return NULL;
     if (!handle_of(a[1], S.t_datatype, &dt) || !handle_of(a[3], S.t_comm, &comm)) return cannot(&b);
     if (!get(&b, a[0], 1)) return cannot(&b);
-    Py_ssize_t n = elements(&b.v[0]);
-    if (n < 0 || n > INT_MAX) return cannot(&b);
-    void *buf = b.v[0].buf;
-    Py_ssize_t len = b.v[0].len;
+    return call_bcast(&b, dt, root, comm);
+}
+
+/* MPI_Bcast of b's one buffer (bcast's, and broadcast_checked's in _cmpi_bcast.c); releases b. */
+HIDDEN PyObject *call_bcast(Bufs *b, H dt, int root, H comm) {
+    Py_ssize_t n = elements(&b->v[0]);
+    if (n < 0 || n > INT_MAX) return cannot(b);
+    void *buf = b->v[0].buf;
+    Py_ssize_t len = b->v[0].len;
     int ierr;
     Py_BEGIN_ALLOW_THREADS;
     int on = algo_enter(ALGO_BCAST, len);
@@ -221,7 +226,7 @@ static PyObject *bcast(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
 #undef CALL
     algo_leave(ALGO_BCAST, on);
     Py_END_ALLOW_THREADS;
-    return done(&b, ierr);
+    return done(b, ierr);
 }
 
 /* allgather(send, recv, datatype, comm): recv holds the group size times send's elements.
@@ -583,7 +588,7 @@ static PyObject *names(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     FAST(bind), FAST(handle), FAST(allreduce), FAST(reduce), FAST(bcast), FAST(allgather), FAST(reduce_scatter_block),
     FAST(alltoall), FAST(alltoallv), FAST(send), FAST(recv), FAST(sendrecv),
-    FAST(sendrecv_checked), LIST(allgather_list), LIST(reduce_scatter_list),
+    FAST(sendrecv_checked), LIST(broadcast_checked), LIST(broadcast_checked_bind), LIST(allgather_list), LIST(reduce_scatter_list),
     LIST(gather_list), LIST(exchange), LIST(jagged), LIST(kjt_repeat),
     {"names", names, METH_NOARGS, NULL},
     {"scratch_held", cmpi_scratch_held, METH_NOARGS, NULL},

@@ -168,6 +168,11 @@ HIDDEN int pack_disjoint(const Py_buffer *x, const Py_buffer *y);
 HIDDEN void strided_copy(const Py_buffer *v, char *contiguous, int to_flat, Py_ssize_t upto);
 HIDDEN Py_ssize_t received(const void *status);
 
+/* broadcast's MPI call (_cmpi.c) and its whole fast path (_cmpi_bcast.c). */
+HIDDEN PyObject *call_bcast(Bufs *b, H dt, int root, H comm);
+HIDDEN PyObject *cmpi_broadcast_checked(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
+HIDDEN PyObject *cmpi_broadcast_checked_bind(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
+
 /* The list forms (_cmpi_lists.c). */
 HIDDEN PyObject *cmpi_allgather_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
 HIDDEN PyObject *cmpi_reduce_scatter_list(PyObject *self, PyObject *const *a, Py_ssize_t nargs);

@@ -20,6 +20,10 @@ call it replaces. Its functions mirror MPI's, in MPI's argument order (``c`` the
 * ``sendrecv_checked(s, r, dest, src, tag, sendtag, recvtag, c, datatypes, proc_null, any_tag)``:
   ``mpicomm.sendrecv``'s whole fast path, its peers and tags as the caller gave them (None, an int),
   checked in C; returns the rank received from (-1: none) instead of None;
+* ``broadcast_checked(tensor, src, group, async_op, group_src)`` (``_cmpi_bcast.c``):
+  ``mpicomm.broadcast``'s whole fast path, the front door's fast entry of that call (bound by
+  :func:`mpicomm.core.fast.broadcast_in_c`, not through this module); it calls ``MPI_Bcast`` only
+  while ``bcast`` here is the C module's own;
 
 and the list forms' common calls (lists of numpy arrays of one kind, as :mod:`mpicomm.dense.small`,
 :mod:`mpicomm.dense.placed` and :mod:`mpicomm.dense.exchange` make them, with the same MPI calls,

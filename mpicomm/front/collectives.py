@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.engine_gate import drain, gate
+from ..core.fast import broadcast_in_c
 from ..core.watchdog import _Threads
 from . import device, kinds
 from .door import BOTH, READ, WRITE, front_door
@@ -92,6 +93,7 @@ def _doors() -> dict[str, Callable[[], Any]]:
             {"tensor": BOTH},
             direct=_later(_DIRECT, "broadcast"),
             pipelined=_later(_PIPELINE, "broadcast"),
+            fast=broadcast_in_c(),  # its common call whole in C: the 8-byte budget (issue 41)
         )(_host("reductions", "broadcast")),
         "reduce": lambda: front_door("reduce", {"tensor": BOTH}, pipelined=_later(_PIPELINE, "reduce"))(
             _gated("reductions", "reduce")

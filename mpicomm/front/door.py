@@ -68,6 +68,7 @@ def front_door(
     returns: str | None = None,
     validated: bool = True,
     sparse: Callable[..., Any] | None = None,
+    fast: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]:
     """Make ``host`` the public call ``fn``, taking every array kind in the arguments of ``roles``.
 
@@ -89,17 +90,22 @@ def front_door(
             point-to-point calls).
         sparse: The implementation (same signature) for a torch sparse COO tensor in the first
             array argument; without one, sparse tensors are refused by name.
+        fast: A C function that serves the call's common numpy case whole (for broadcast,
+            :func:`mpicomm.core.fast.broadcast_in_c`): the C door calls it with every parameter,
+            positionally, in the host's order, where it would call the host, and calls the host
+            where it returns ``NotImplemented`` (which it does before any MPI call). The host's
+            parameters must all be positional-or-keyword. The Python wrapper calls the host alone.
 
     Returns:
         The decorator.
     """
 
     def wrap(host: F) -> F:
-        plan = _Plan(fn, host, roles, direct, pipelined, returns, validated, sparse)
+        plan = _Plan(fn, host, roles, direct, pipelined, returns, validated, sparse, fast)
         _PLANS[fn] = plan  # for the generator of the wrappers
         python = functools.update_wrapper(plan.python(), host)
-        fast = plan.in_c(python)
-        return functools.update_wrapper(fast, host) if fast is not None else python  # type: ignore[return-value]
+        c_form = plan.in_c(python)
+        return functools.update_wrapper(c_form, host) if c_form is not None else python  # type: ignore[return-value]
 
     return wrap
 
@@ -117,6 +123,7 @@ class _Plan:
         returns: str | None,
         validated: bool,
         sparse: Callable[..., Any] | None = None,
+        fast: Callable[..., Any] | None = None,
     ) -> None:
         self.fn, self.host, self.roles, self.validated = fn, host, roles, validated
         self.direct, self.pipelined, self.returns = direct, pipelined, returns
@@ -130,6 +137,9 @@ class _Plan:
         self.flag = self.names.index("async_op") if "async_op" in self.names else -1
         self.model = self.names.index(returns) if returns is not None else -1
         self.sparse = sparse
+        if fast is not None and self.positional != len(params):
+            raise TypeError(f"front_door: {fn} takes keyword-only parameters: no fast entry")
+        self.fast = fast
         self.site = watchdog.Site(fn)
         self.defaults = tuple(p.default for p in params if p.default is not p.empty)
         # at MPI_THREAD_MULTIPLE a call holds its group (mpicomm.core.busy) unless it takes a tag:
@@ -157,9 +167,10 @@ class _Plan:
         """The C door (``mpicomm/front/_door.c``) in front of ``python``; None without it.
 
         It serves a call whose arrays are all numpy as ``python`` does (the watchdog's token, the
-        thread check, the group's hold at ``MPI_THREAD_MULTIPLE``, the host with the caller's
-        arguments, errors through :meth:`failed_in_c`) at about half the cost, and hands every
-        other call to ``python``. Not used where the C module is not built or ``MPICOMM_C=0``.
+        thread check, the group's hold at ``MPI_THREAD_MULTIPLE``, the fast entry if any, then
+        the host with the caller's arguments, errors through :meth:`failed_in_c`) at about half
+        the cost, and hands every other call to ``python``. Not used where the C module is not
+        built or ``MPICOMM_C=0``.
         """
         c = _c_door()
         if c is None:
@@ -175,7 +186,7 @@ class _Plan:
             flags, exchanges, np.ndarray, _KINDS, PLAIN_SCALAR, kinds.LIST, tuple(self.names),
             defaults, _MISSING, tuple(pos for pos, _, _ in self.slots), self.flag, group,
             self.exclusive, engine, state, vars(type(state))["world"], groups.ProcessGroup,
-            busy._BUSY, busy._RACED, busy.race, busy.settle,
+            busy._BUSY, busy._RACED, busy.race, busy.settle, self.fast,
         )  # fmt: skip
 
     def failed_in_c(

@@ -287,3 +287,69 @@ def _raised(call: Callable[..., Any], *args: Any) -> list[BaseException]:
     except BaseException as exc:  # reported to the test's thread
         return [exc]
     return []
+
+
+class Fast:
+    """A fast entry that records the parameters it was given and answers ``answer``."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.seen: list[tuple[Any, ...]] = []
+
+    def __call__(self, *params: Any) -> Any:
+        live = [t for t in watchdog._live if t[1].name == "probe"]
+        self.seen.append((*params, len(live)))
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+def with_fast(probe: Probe, fast: Fast) -> Callable[..., Any]:
+    """The C door of ``probe.host`` with the fast entry ``fast``."""
+    roles = {"tensor": door.BOTH, "others": door.READ}
+    plan = door._Plan("probe", probe.host, roles, None, None, None, True, None, fast)
+    c = plan.in_c(python_form(plan, _Written.folder))
+    assert c is not None
+    return c
+
+
+def test_the_fast_entry_gets_every_parameter_in_order_and_answers_for_the_host() -> None:
+    x, others = np.zeros(2), [np.ones(1)]
+    c = with_fast(probe := Probe(), fast := Fast("fast"))
+    assert c(x) == "fast" and fast.seen.pop() == (x, None, None, False, 1)  # defaults filled, token live
+    assert c(x, others, async_op=True) == "fast" and fast.seen.pop() == (x, others, None, True, 1)
+    assert c(async_op=False, group=None, tensor=x) == "fast" and fast.seen.pop() == (x, None, None, False, 1)
+    assert probe.seen == [] and watchdog._live == []
+
+
+def test_the_host_serves_what_the_fast_entry_does_not_and_what_does_not_bind_plainly() -> None:
+    x = np.zeros(2)
+    c = with_fast(probe := Probe(), fast := Fast(NotImplemented))
+    assert c(x, async_op=True) == "done"  # NotImplemented: the host, with the caller's own arguments
+    assert fast.seen.pop() == (x, None, None, True, 1) and probe.seen.pop()[:4] == (x, None, None, True)
+    for args, kwargs in (((x,), {"nonsense": 1}), ((x, None), {"others": None})):  # unknown, repeated
+        with pytest.raises(TypeError):
+            c(*args, **kwargs)
+    assert fast.seen == [] and probe.seen == []
+    with pytest.raises(TypeError):
+        c()  # no tensor: the Python wrapper's TypeError, before either
+    assert fast.seen == []
+
+
+def test_a_failing_fast_entry_raises_what_a_failing_host_raises() -> None:
+    MPI = _mpi.MPI
+    failures = []
+    error = MPI.Exception(MPI.ERR_OTHER)
+    for form in (with_fast(Probe(), Fast(error)), both(Probe(error))[1]):
+        with pytest.raises(CommunicationError) as info:
+            form(np.zeros(2))
+        failures.append(str(info.value))
+        assert watchdog._live == []
+    assert failures[0] == failures[1] and "probe" in failures[0]
+
+
+def test_a_host_with_keyword_only_parameters_takes_no_fast_entry() -> None:
+    def host(tensor: Any, *, group: Any = None) -> None: ...
+
+    with pytest.raises(TypeError, match="keyword-only"):
+        door._Plan("probe", host, {"tensor": door.BOTH}, None, None, None, True, None, Fast(None))
