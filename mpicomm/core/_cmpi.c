@@ -123,15 +123,12 @@ static PyObject *algorithm_switches(PyObject *self, PyObject *unused) {
 static Py_ssize_t piece_bytes;
 static unsigned long long pieces_made; /* MPI_Allreduce calls made by allreduce calls cut in pieces */
 
-/* set_piece(nbytes): the piece size of allreduce (see mpicomm.core.pieces). */
+/* set_piece(nbytes): the piece size of allreduce (mpicomm.core.pieces passes a checked size). */
 static PyObject *set_piece(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "mpicomm.core._cmpi.set_piece: 1 argument");
-        return NULL;
-    }
-    Py_ssize_t v = PyLong_AsSsize_t(a[0]);
-    if (v == -1 && PyErr_Occurred()) return NULL;
-    piece_bytes = v > 0 ? v : 0; /* mpicomm.core.pieces passes a checked size */
+    Py_ssize_t v = nargs == 1 ? PyLong_AsSsize_t(a[0]) : -1;
+    if (PyErr_Occurred()) return NULL;
+    if (v < 0) return PyErr_Format(PyExc_ValueError, "mpicomm.core._cmpi.set_piece(nbytes >= 0)");
+    piece_bytes = v;
     Py_RETURN_NONE;
 }
 
