@@ -2,10 +2,11 @@
 
 Ranks on either path of an all_reduce (the C call refused, not bound, or ``MPICOMM_C=0``) make the
 same MPI calls: the same pieces of a large buffer (:mod:`mpicomm.core.pieces`) and MPICH's same
-algorithm (:mod:`mpicomm.core.algorithms`). A large ``reduce`` goes in pieces of a third of that
-size: at ``MPI_THREAD_MULTIPLE`` (mpi4py's default level) MPICH's ``MPI_Reduce`` of 2 ranks took
-105-125 ms for 64 MiB whole or in 16 MiB pieces and 34-37 ms in pieces of 8-12.8 MiB; at
-``serialized`` (mpicomm's default) 47-51 ms either way (the 2-core machine, 29 Nov 2026).
+algorithm (:mod:`mpicomm.core.algorithms`). At ``MPI_THREAD_MULTIPLE`` (mpi4py's default level) a
+large ``reduce`` goes in pieces of a third of that size: MPICH's ``MPI_Reduce`` of 2 ranks took
+105-125 ms for 64 MiB whole or in 16 MiB pieces and 34-37 ms in pieces of 8-12.8 MiB. Below it
+(mpicomm's default is ``serialized``) MPICH's shared-memory algorithm took 38-45 ms whole and 45-48
+in pieces, so it goes whole (the 2-core machine, 29 Nov 2026).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def allreduce_mpi4py(buf: np.ndarray, dt: Any, mop: Any, comm: Any) -> None:
 
 
 def reduce(buf: np.ndarray, here: bool, dt: Any, mop: Any, root: int, comm: Any) -> None:
-    """``MPI_Reduce`` onto ``root`` in pieces of a third of the all_reduce's (8 MiB by default).
+    """``MPI_Reduce`` onto ``root``, at ``multiple`` in pieces of a third of the all_reduce's (8 MiB).
 
     Args:
         buf: This rank's contiguous input; on the root (``here``) also the output, reduced in place.
