@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core import pages
 from ..errors import ArgumentError, ArgumentTypeError
 
-_HUGE = pages.SMALLEST
+#: Torch tensors of this many bytes get huge pages (mpicomm.core.pages.SMALLEST; imported at the first).
+_HUGE = 4 << 20
 
 __all__ = [
     "CUDA",
@@ -287,6 +287,8 @@ def _address_view(t: Any, dtype: np.dtype[Any], keep: bool) -> np.ndarray:
         )
     address = t.data_ptr()
     if extent >= _HUGE:  # 2 MiB pages at its first touch (an MPI copy's page faults: core.pages)
+        from ..core import pages  # here: a numpy program's first call does not import it
+
         pages.hint(address, extent)
     window = _Window.from_address(address)
     if keep:

@@ -64,3 +64,7 @@ def test_the_front_door_hints_a_large_fresh_tensor_before_its_first_touch() -> N
         view[:] = 1.0  # the first touch: faults in 2 MiB pages (unhinted: none)
         assert _huge_kib(t) >= 2 << 10  # the kernel may find fewer free 2 MiB pages than the six
     assert float(t.sum()) == 3 << 20 or not pages._State.on
+
+
+def test_the_front_door_s_threshold_is_the_pages_module_s() -> None:
+    assert kinds._HUGE == pages.SMALLEST
