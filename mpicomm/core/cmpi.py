@@ -22,7 +22,7 @@ call it replaces. Its functions mirror MPI's, in MPI's argument order (``c`` the
   checked in C; returns the rank received from (-1: none) instead of None;
 * ``broadcast_checked(tensor, src, group, async_op, group_src)`` (``_cmpi_bcast.c``):
   ``mpicomm.broadcast``'s whole fast path, the front door's fast entry of that call (bound by
-  :func:`mpicomm.core.fast.broadcast_in_c`, not through this module); it calls ``MPI_Bcast`` only
+  ``mpicomm.core.fast.broadcast_in_c``, not through this module); it calls ``MPI_Bcast`` only
   while ``bcast`` here is the C module's own;
 
 and the list forms' common calls (lists of numpy arrays of one kind, as :mod:`mpicomm.dense.small`,

@@ -14,7 +14,7 @@ What: :func:`hint` marks the whole 2 MiB pages inside a buffer of at least :data
 already there stay until the kernel's background thread merges them). :func:`collapse` makes the
 kernel merge them now (``MADV_COLLAPSE``, Linux 6.1+, about 1 ms per MiB; the contents stay). The
 front door hints every torch CPU tensor of that size it views (:mod:`mpicomm.front.kinds`); the torch
-backend collapses the tensors DDP reduces at every step (:mod:`mpicomm.c10d.huge`). Where the kernel
+backend collapses the tensors DDP reduces at every step (``mpicomm.c10d.huge``). Where the kernel
 refuses a kind of call (an older kernel, transparent huge pages set to ``never``), it is not made
 again. ``MPICOMM_HUGE_PAGES=0`` turns both off.
 """

@@ -45,7 +45,7 @@ __all__ = [
 
 #: The environment variable of the piece size.
 PIECE_ENV_VAR = "MPICOMM_ALLREDUCE_PIECE"
-#: The piece size where the variable is unset: under glibc's 32 MiB, far above a call's latency.
+#: The piece size where the variable is unset (under glibc's 32 MiB, far above a call's latency).
 DEFAULT_PIECE_BYTES = 24 << 20
 
 

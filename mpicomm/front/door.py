@@ -91,7 +91,7 @@ def front_door(
         sparse: The implementation (same signature) for a torch sparse COO tensor in the first
             array argument; without one, sparse tensors are refused by name.
         fast: A C function that serves the call's common numpy case whole (for broadcast,
-            :func:`mpicomm.core.fast.broadcast_in_c`): the C door calls it with every parameter,
+            ``mpicomm.core.fast.broadcast_in_c``): the C door calls it with every parameter,
             positionally, in the host's order, where it would call the host, and calls the host
             where it returns ``NotImplemented`` (which it does before any MPI call). The host's
             parameters must all be positional-or-keyword. The Python wrapper calls the host alone.
