@@ -7,6 +7,8 @@ suite's CUDA kernels.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -36,3 +38,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.gpu)
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def validation_off() -> Iterator[None]:
+    """Validation mode off for one test, then as it was (tests/mpi's fixture, for its tests run here)."""
+    import mpicomm
+
+    mpicomm.init()
+    saved = mpicomm.is_validation_enabled()
+    mpicomm.set_validation(False)
+    yield
+    mpicomm.set_validation(saved)
