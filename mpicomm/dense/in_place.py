@@ -11,6 +11,7 @@ in pieces, so it goes whole (the 2-core machine, 29 Nov 2026).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -54,14 +55,9 @@ def allreduce_mpi4py(buf: np.ndarray, dt: Any, mop: Any, comm: Any) -> None:
         >>> x.tolist(), pieces.reload() == pieces.DEFAULT_PIECE_BYTES
         ([0.0, 1.0, 2.0, 3.0, 4.0], True)
     """
-    per = pieces.per_call(buf.size, buf.nbytes)
-    flat = buf.reshape(-1)
     with algorithms.large(algorithms.ALLREDUCE, buf.nbytes):
-        if per >= buf.size:  # one call, an empty buffer's too
-            comm.Allreduce(_mpi.MPI.IN_PLACE, [buf, dt], mop)
-            return
-        for start in range(0, flat.size, per):
-            comm.Allreduce(_mpi.MPI.IN_PLACE, [flat[start : start + per], dt], mop)
+        for part in _parts(buf, pieces.piece_bytes()):
+            comm.Allreduce(_mpi.MPI.IN_PLACE, [part, dt], mop)
 
 
 def reduce(buf: np.ndarray, here: bool, dt: Any, mop: Any, root: int, comm: Any) -> None:
@@ -85,9 +81,15 @@ def reduce(buf: np.ndarray, here: bool, dt: Any, mop: Any, root: int, comm: Any)
         >>> not here or x.tolist() == [float(mpicomm.get_world_size())] * 3
         True
     """
-    per = pieces.per_call(buf.size, buf.nbytes, pieces._State.reduce)
-    flat = buf.reshape(-1)
     place = _mpi.MPI.IN_PLACE
-    for start in range(0, max(flat.size, 1), max(per, 1)):  # one call for an empty buffer too
-        part = [flat[start : start + per], dt]
+    for piece in _parts(buf, pieces._State.reduce):
+        part = [piece, dt]
         comm.Reduce(place if here else part, part if here else None, mop, root)
+
+
+def _parts(buf: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    """``buf``'s elements in the equal pieces :func:`mpicomm.core.pieces.per_call` cuts (one if empty)."""
+    per = max(pieces.per_call(buf.size, buf.nbytes, size), 1)
+    flat = buf.reshape(-1)
+    for start in range(0, max(flat.size, 1), per):  # one call for an empty buffer too
+        yield flat[start : start + per]

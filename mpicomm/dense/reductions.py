@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import algorithms, chunks, cmpi, fast, pieces, validation
+from ..core import algorithms, chunks, cmpi, fast, validation
 from ..core import engine_gate as engine  # the gate: the engine itself loads past it, at first need
 from ..core.arrays import Array
 from ..core.buffers import (
@@ -532,10 +532,10 @@ def reduce_scatter_tensor(
     """
     fn = "reduce_scatter_tensor"
     w = _State.world
-    large = pieces.piece_bytes()  # past it, the pairwise exchange (MPI's temporary: core.pieces)
+    large = _Pieces.bytes or 1 << 62  # past it, the pairwise exchange (MPI's temporary: core.pieces)
     if group is None and async_op is False and w is not None and not _Flag.on and type(op) is ReduceOp:
         pair = op._ops.get(input.dtype) if type(input) is np.ndarray and op._plain else None
-        pair = pair if large == 0 or pair is None or input.nbytes <= large else None
+        pair = None if pair is None or input.nbytes > large else pair
         if pair is not None and type(output) is np.ndarray and output.dtype is input.dtype:
             # cmpi checks layouts, sizes and overlap; where it cannot serve, the same checks here
             if cmpi.reduce_scatter_block(input, output, pair[0], pair[1], w.comm) is None:
@@ -571,7 +571,7 @@ def reduce_scatter_tensor(
         validation.check(g, fn, {"op": repr(op), "dtype": str(out.dtype), "count": out.size})
     inp = send_view(inp)
     check_disjoint(out, inp, fn, "output", "input")
-    if 0 < large < inp.nbytes and g.size() > 1:  # a 64 MiB MPI call: 80 ms, the exchange 35-42
+    if inp.nbytes > large and g.size() > 1:  # a 64 MiB MPI call: 80 ms, the exchange 35-42
         return _reduce_scatter_pairwise(out, list(inp.reshape(g.size(), -1)), op, mop, g, async_op)
     inp = premultiply(op, inp)
     dt = datatype(out.dtype)
